@@ -1,0 +1,123 @@
+"""Direct algorithms over a mapped window (shared memory, GPU peer memory): each rank stages its data in
+its own window, one barrier publishes it, then ranks read each other's windows directly.
+
+Windows are used in two alternating halves, so chunk i+2 reuses a half only after the barrier of chunk
+i+1, which every rank passes after finishing chunk i: one barrier per chunk is enough for one-pass
+algorithms, two for those that publish a result (twoshot)."""
+from __future__ import annotations
+
+from typing import Iterator, List, Tuple
+
+import numpy as np
+
+from ..ops import ReduceOp
+from ..primitives import Primitives
+from .parts import offsets
+
+
+def _chunks(p: Primitives, count: int, itemsize: int, blocks: int = 1) -> Iterator[Tuple[int, int, int]]:
+    """Yield (first element, elements, byte offset of the half) for each chunk that fits a half window."""
+    w = p.window
+    half = (w.size // 2) // 64 * 64
+    per = max(1, half // (itemsize * blocks))
+    for c0 in range(0, max(count, 1), per):
+        base = w.phase * half
+        w.phase ^= 1
+        yield c0, min(per, count - c0), base
+
+
+def _views(p: Primitives, base: int, e: int, dtype: np.dtype) -> List[np.ndarray]:
+    nb = e * dtype.itemsize
+    return [p.window.buffer(q)[base:base + nb].view(dtype) for q in range(p.size)]
+
+
+def _reduce_all(p: Primitives, out: np.ndarray, views: List[np.ndarray], op: ReduceOp) -> None:
+    """out = views[0] op views[1] op ... in rank order, so every rank computes identical bits."""
+    if len(views) == 1:
+        p.copy(out, views[0])
+        return
+    p.reduce(out, views[0], views[1], op)
+    for v in views[2:]:
+        p.reduce(out, out, v, op)
+
+
+def all_reduce_oneshot(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
+    for c0, e, base in _chunks(p, send.size, send.itemsize):
+        views = _views(p, base, e, send.dtype)
+        p.copy(views[p.rank], send[c0:c0 + e])
+        p.barrier_window()
+        _reduce_all(p, recv[c0:c0 + e], views, op)
+
+
+def all_reduce_twoshot(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
+    n, r = p.size, p.rank
+    for c0, e, base in _chunks(p, send.size, send.itemsize):
+        views = _views(p, base, e, send.dtype)
+        p.copy(views[r], send[c0:c0 + e])
+        p.barrier_window()
+        so = offsets(e, n)
+        mine = views[r][so[r]:so[r + 1]]
+        for q in range(n):
+            if q != r:
+                p.reduce(mine, mine, views[q][so[r]:so[r + 1]], op)
+        p.barrier_window()
+        out = recv[c0:c0 + e]
+        for q in range(n):
+            p.copy(out[so[q]:so[q + 1]], views[q][so[q]:so[q + 1]])
+
+
+def all_gather(p: Primitives, send: np.ndarray, recv: np.ndarray) -> None:
+    n, r, c = p.size, p.rank, send.size
+    in_place = np.shares_memory(send, recv)
+    for c0, e, base in _chunks(p, c, send.itemsize):
+        views = _views(p, base, e, send.dtype)
+        p.copy(views[r], send[c0:c0 + e])
+        p.barrier_window()
+        for q in range(n):
+            if not (in_place and q == r):
+                p.copy(recv[q * c + c0:q * c + c0 + e], views[q])
+
+
+def reduce_scatter(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
+    n, r, c = p.size, p.rank, recv.size
+    blocks = send.reshape(n, c)
+    for c0, e, base in _chunks(p, c, send.itemsize, blocks=n):
+        views = [v.reshape(n, e) for v in _views(p, base, n * e, send.dtype)]
+        p.copy(views[r], blocks[:, c0:c0 + e])
+        p.barrier_window()
+        _reduce_all(p, recv[c0:c0 + e], [v[r] for v in views], op)
+
+
+def broadcast(p: Primitives, send: np.ndarray, recv: np.ndarray, root: int) -> None:
+    r = p.rank
+    for c0, e, base in _chunks(p, recv.size, recv.itemsize):
+        views = _views(p, base, e, recv.dtype)
+        if r == root:
+            p.copy(views[r], send[c0:c0 + e])
+        p.barrier_window()
+        if r == root:
+            if send is not recv:
+                p.copy(recv[c0:c0 + e], send[c0:c0 + e])
+        else:
+            p.copy(recv[c0:c0 + e], views[root])
+
+
+def reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, root: int, op: ReduceOp) -> None:
+    for c0, e, base in _chunks(p, send.size, send.itemsize):
+        views = _views(p, base, e, send.dtype)
+        p.copy(views[p.rank], send[c0:c0 + e])
+        p.barrier_window()
+        if p.rank == root:
+            _reduce_all(p, recv[c0:c0 + e], views, op)
+
+
+def all_to_all(p: Primitives, send: np.ndarray, recv: np.ndarray) -> None:
+    n, r = p.size, p.rank
+    c = send.size // n
+    sblocks, rblocks = send.reshape(n, c), recv.reshape(n, c)
+    for c0, e, base in _chunks(p, c, send.itemsize, blocks=n):
+        views = [v.reshape(n, e) for v in _views(p, base, n * e, send.dtype)]
+        p.copy(views[r], sblocks[:, c0:c0 + e])
+        p.barrier_window()
+        for q in range(n):
+            p.copy(rblocks[q, c0:c0 + e], views[q][r])

@@ -1,0 +1,99 @@
+"""The one registry of HPCCL_* parameters: name, default, type and doc; the environment is read only here."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Tuple
+
+from .errors import HpcclInvalidArgument
+
+
+def _size(text: str) -> int:
+    """Parse '4M', '64KiB', '1G' or a plain byte count."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:] if t else "", 1)
+    if scale != 1:
+        t = t[:-1]
+    return int(float(t) * scale)
+
+
+def _bool(text: str) -> bool:
+    v = text.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One HPCCL_* variable."""
+
+    name: str
+    default: Any
+    parse: Callable[[str], Any]
+    doc: str
+    choices: Tuple[str, ...] = ()
+
+
+PARAMS: Dict[str, Param] = {}
+
+
+def _param(name: str, default: Any, parse: Callable[[str], Any], doc: str,
+           choices: Tuple[str, ...] = ()) -> None:
+    PARAMS[name] = Param(name, default, parse, doc, choices)
+
+
+_param("HPCCL_DEBUG", "WARN", str.upper, "Log level: WARN, INFO or TRACE (rank-prefixed, to stderr).",
+       ("WARN", "INFO", "TRACE"))
+_param("HPCCL_DEBUG_SUBSYS", "ALL", str.upper,
+       "Comma list of subsystems to log: INIT, COLL, TUNING, TRANSPORT, ENV, or ALL.")
+_param("HPCCL_TIMEOUT", 300.0, float,
+       "Seconds a collective waits for its peers before raising HpcclTimeoutError and aborting.")
+_param("HPCCL_ALGO", "", str.lower,
+       "Force an algorithm for every collective (ring, tree, rd, direct, oneshot, twoshot, "
+       "hier, linear), or per collective: 'all_reduce:ring,broadcast:tree'. Empty: the cost model chooses.")
+_param("HPCCL_TRANSPORT", "", str.lower,
+       "Force the host transport between ranks of a node: shm or mpi. Empty: shm within a node, "
+       "ucx (if installed) or mpi between nodes.")
+_param("HPCCL_NET", "", str.lower,
+       "Transport between nodes: ucx or mpi. Empty: ucx when ucxx imports, else mpi.")
+_param("HPCCL_SHM_SLOT_SIZE", 1 << 20, _size,
+       "Bytes per shared-memory slot of a point-to-point channel (the pipelining chunk).")
+_param("HPCCL_SHM_SLOTS", 4, int, "Slots per point-to-point channel (how far a sender runs ahead).")
+_param("HPCCL_SHM_DIRECT_SIZE", 8 << 20, _size,
+       "Bytes per rank of the directly mapped shared-memory window used by one-shot/direct algorithms.")
+_param("HPCCL_SPIN", 2000, int,
+       "Polls of a flag before a waiting rank starts yielding its core (then sleeping briefly).")
+_param("HPCCL_NODE_ID", "", str,
+       "Override node detection: ranks with the same value share a node (for tests and odd systems).")
+_param("HPCCL_TUNING_FILE", "", str,
+       "JSON file of measured alpha/beta per transport that replaces the cost model's built-in table.")
+_param("HPCCL_CHECK_ENV", True, _bool,
+       "Check /dev/shm size, memlock and GPU peer access at init and say what to fix.")
+_param("HPCCL_CUDA_BUFFER_SIZE", 64 << 20, _size,
+       "Bytes of peer-mapped GPU buffer per rank for the CUDA IPC path.")
+_param("HPCCL_UCX_TLS", "", str,
+       "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset (e.g. 'tcp,self').")
+
+
+def get(name: str) -> Any:
+    """Value of an HPCCL_* parameter: the environment's if set, else the default."""
+    p = PARAMS[name]
+    raw = os.environ.get(name)
+    if raw is None:
+        return p.default
+    try:
+        value = p.parse(raw)
+    except (ValueError, TypeError) as exc:
+        raise HpcclInvalidArgument(name, f"cannot parse {raw!r}: {exc}") from None
+    if p.choices and value not in p.choices:
+        raise HpcclInvalidArgument(name, f"{raw!r} is not one of {', '.join(p.choices)}")
+    return value
+
+
+def describe() -> List[Tuple[str, Any, str, str]]:
+    """Every parameter as (name, value, source, doc); source is 'env' or 'default'."""
+    return [(p.name, get(p.name), "env" if p.name in os.environ else "default", p.doc)
+            for p in PARAMS.values()]

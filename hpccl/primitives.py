@@ -1,0 +1,80 @@
+"""The few operations algorithms are written against: exchange (send/recv/recv-reduce), copy, reduce,
+scratch memory and the mapped window. They route each peer to its transport and each buffer to its
+memory kind, so one ring serves host and GPU memory and any transport."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .memory import host
+from .ops import ReduceOp
+from .progress import Waiter
+from .transport.base import Request, Transport, Window
+
+Send = Tuple[int, np.ndarray]
+Recv = Tuple[int, np.ndarray, Optional[ReduceOp]]
+
+
+class Primitives:
+    """Per-communicator data movement; ``rank``/``size`` are communicator ranks."""
+
+    def __init__(self, rank: int, size: int, transport_of: Dict[int, Transport],
+                 window: Optional[Window], waiter: Waiter, memory=host) -> None:
+        self.rank, self.size = rank, size
+        self._transport_of = transport_of
+        self.window = window
+        self.waiter = waiter
+        self.mem = memory
+        self._scratch: Dict[int, np.ndarray] = {}
+
+    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
+        """Run these sends and receives concurrently and return when all are complete.
+
+        A receive with an op reduces into its buffer (buf = buf op incoming). Messages to self are matched
+        in order with receives from self."""
+        pending: List[Request] = []
+        self_sends = [b for p, b in sends if p == self.rank]
+        for peer, buf, op in recvs:
+            if peer == self.rank:
+                src = self_sends.pop(0)
+                if op is None:
+                    self.mem.copy(buf, src)
+                else:
+                    self.mem.reduce(buf, buf, src, op)
+            else:
+                pending.append(self._transport_of[peer].irecv(peer, buf, op))
+        for peer, buf in sends:
+            if peer != self.rank:
+                pending.append(self._transport_of[peer].isend(peer, buf))
+        def ready() -> bool:
+            nonlocal pending
+            pending = [r for r in pending if not r.test()]  # test every request: they may depend on each other
+            return not pending
+
+        if not ready():
+            self.waiter.wait(ready, sorted({r.peer for r in pending}))
+
+    def send(self, peer: int, buf: np.ndarray) -> None:
+        self.exchange(sends=[(peer, buf)])
+
+    def recv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp] = None) -> None:
+        self.exchange(recvs=[(peer, buf, op)])
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        self.mem.copy(dst, src)
+
+    def reduce(self, dst: np.ndarray, a: np.ndarray, b: np.ndarray, op: ReduceOp) -> None:
+        self.mem.reduce(dst, a, b, op)
+
+    def scratch(self, count: int, dtype: np.dtype, slot: int = 0) -> np.ndarray:
+        """Reusable temporary memory of the communicator's kind (slot selects independent buffers)."""
+        nbytes = count * dtype.itemsize
+        cur = self._scratch.get(slot)
+        if cur is None or cur.size < nbytes:
+            cur = self.mem.empty(max(nbytes, 64), np.dtype(np.uint8))
+            self._scratch[slot] = cur
+        return cur[:nbytes].view(dtype)
+
+    def barrier_window(self) -> None:
+        self.window.barrier(self.waiter.wait)

@@ -1,0 +1,53 @@
+"""Waiting without hanging: spin, then yield, then sleep; give up after HPCCL_TIMEOUT naming who is missing."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, List, Optional
+
+from .errors import HpcclRemoteError, HpcclTimeoutError
+
+
+class Waiter:
+    """Shared by one communicator's primitives; knows the current collective for error messages."""
+
+    def __init__(self, timeout: float, spin: int,
+                 arrived: Callable[[int], Optional[int]],
+                 peer_aborted: Callable[[], Optional[int]],
+                 on_fail: Callable[[], None]) -> None:
+        self.timeout, self.spin = timeout, spin
+        self._arrived, self._peer_aborted, self._on_fail = arrived, peer_aborted, on_fail
+        self.collective, self.seq = "idle", 0
+
+    def wait(self, ready: Callable[[], bool], peers: List[int]) -> None:
+        """Return when ready() is true; raise HpcclTimeoutError / HpcclRemoteError instead of hanging."""
+        for _ in range(self.spin):
+            if ready():
+                return
+        start = time.monotonic()
+        polls = 0
+        while not ready():
+            polls += 1
+            if polls < 64:
+                os.sched_yield()
+                continue
+            time.sleep(2e-5 if polls < 2000 else 2e-4)
+            if polls % 32 == 0:
+                self._check(start, peers)
+
+    def _check(self, start: float, peers: List[int]) -> None:
+        bad = self._peer_aborted()
+        if bad is not None:
+            self._on_fail()
+            raise HpcclRemoteError(f"{self.collective} #{self.seq}: rank {bad} aborted the communicator")
+        if time.monotonic() - start > self.timeout:
+            missing = self.missing(peers)
+            self._on_fail()
+            raise HpcclTimeoutError(self.collective, self.seq, missing, self.timeout)
+
+    def missing(self, peers: List[int]) -> List[int]:
+        """Peers that have not entered the current collective; the awaited peers if nobody can tell."""
+        known = {p: self._arrived(p) for p in peers}
+        late = [p for p, s in known.items() if s is not None and s < self.seq]
+        unknown = [p for p, s in known.items() if s is None]
+        return late + unknown or list(peers)

@@ -1,0 +1,69 @@
+"""The one small interface every transport implements, so algorithms never see a transport."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from ..ops import ReduceOp
+
+
+class Request(ABC):
+    """One posted send or receive; ``test()`` advances it and says whether it has completed."""
+
+    peer: int
+
+    @abstractmethod
+    def test(self) -> bool:
+        ...
+
+
+class Window(ABC):
+    """Memory every rank of a communicator can load and store directly (shared memory, GPU peer memory)."""
+
+    size: int  # bytes per rank
+
+    @abstractmethod
+    def buffer(self, rank: int) -> np.ndarray:
+        """The uint8 window of ``rank`` (this rank's own for rank == self)."""
+
+    @abstractmethod
+    def barrier(self, wait: Callable[[Callable[[], bool], List[int]], None]) -> None:
+        """Return once every rank has entered this barrier (stores before it are visible after it)."""
+
+
+class Transport(ABC):
+    """Point-to-point messaging with a peer set. Messages on one (sender, receiver) pair match in order."""
+
+    name = "base"
+
+    @abstractmethod
+    def isend(self, peer: int, buf: np.ndarray) -> Request:
+        """Post a send of ``buf`` (1-D, contiguous); the caller keeps it alive until the request completes."""
+
+    @abstractmethod
+    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp]) -> Request:
+        """Post a receive into ``buf``; with ``op``, reduce the incoming data into ``buf`` instead of copying."""
+
+    def window(self) -> Optional[Window]:
+        """A directly mapped window shared by all ranks of the communicator, when the transport has one."""
+        return None
+
+    def arrived(self, peer: int) -> Optional[int]:
+        """Sequence number of the last collective ``peer`` entered, if this transport can see it."""
+        return None
+
+    def announce(self, seq: int) -> None:
+        """Publish that this rank entered collective ``seq`` (for timeout diagnostics)."""
+
+    def peer_aborted(self) -> Optional[int]:
+        """A peer that aborted the communicator, if this transport can see one."""
+        return None
+
+    def abort(self) -> None:
+        """Tell peers this rank gave up, so they fail fast instead of waiting for the timeout."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release every resource (mappings, segments, endpoints); idempotent."""

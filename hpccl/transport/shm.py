@@ -1,0 +1,300 @@
+"""Host shared memory within a node: per-pair slot rings for messages, a mapped window for direct algorithms.
+
+Each rank owns one POSIX shared-memory segment (mode 0600, named per job and communicator) holding the
+inbound channels from every local peer and its window. Peers map it; once all have, the name is unlinked,
+so nothing is left in /dev/shm even if a process is killed. Senders copy into the receiver's slots; the
+receiver copies or reduces straight out of them with numpy ufuncs (one copy per hop, no pickling).
+Counters are int64 stores: on x86-64 (TSO) a store of the counter after the data publishes the data.
+"""
+from __future__ import annotations
+
+import atexit
+import mmap
+import os
+import secrets
+from collections import deque
+from typing import Callable, Deque, Dict, List, Optional, Set
+
+import numpy as np
+
+from .. import config, log
+from ..errors import HpcclInvalidArgument, HpcclSystemError
+from ..ops import UFUNC, ReduceOp
+from .base import Request, Transport, Window
+
+_LINE = 64
+_HDR = 4096
+_MAGIC = 0x6870_6363_6C00_0001
+# int64 indexes in the header (one cache line apart)
+_I_MAGIC, _I_ARRIVED, _I_ABORT, _I_BARRIER = 0, 8, 16, 24
+
+_live_paths: Set[str] = set()
+
+
+def _cleanup_paths() -> None:
+    for p in list(_live_paths):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+        _live_paths.discard(p)
+
+
+atexit.register(_cleanup_paths)
+
+
+def _round(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+class _Layout:
+    """Byte offsets inside one rank's segment, the same for every rank of a communicator."""
+
+    def __init__(self, nlocal: int, slots: int, slot_size: int, window: int) -> None:
+        self.slots, self.slot_size, self.window = slots, slot_size, window
+        self.ctrl_stride = _round(2 * _LINE + 16 * slots, _LINE)
+        self.ctrl_off = _HDR
+        self.data_off = _round(self.ctrl_off + nlocal * self.ctrl_stride, 4096)
+        self.win_off = _round(self.data_off + nlocal * slots * slot_size, 4096)
+        self.total = _round(self.win_off + window, 4096)
+
+    def head(self, src: int) -> int:   # int64 index of the channel src -> owner: chunks posted
+        return (self.ctrl_off + src * self.ctrl_stride) // 8
+
+    def tail(self, src: int) -> int:   # chunks consumed
+        return (self.ctrl_off + src * self.ctrl_stride + _LINE) // 8
+
+    def lens(self, src: int) -> int:   # K lengths, then K last-chunk marks
+        return (self.ctrl_off + src * self.ctrl_stride + 2 * _LINE) // 8
+
+    def slot(self, src: int, k: int) -> int:
+        return self.data_off + (src * self.slots + k) * self.slot_size
+
+
+class _Segment:
+    """One mapped segment: its counters as an int64 memoryview, its bytes as a numpy uint8 array."""
+
+    def __init__(self, path: str, size: int, create: bool) -> None:
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        try:
+            fd = os.open(path, flags, 0o600)
+        except OSError as exc:
+            raise HpcclSystemError(f"cannot {'create' if create else 'open'} shared memory {path}: "
+                                   f"{exc.strerror}") from None
+        try:
+            if create:
+                _live_paths.add(path)
+                os.ftruncate(fd, size)
+            self.map = mmap.mmap(fd, size)
+        except OSError as exc:
+            raise HpcclSystemError(f"cannot size or map shared memory {path} ({size} bytes): "
+                                   f"{exc.strerror}; is /dev/shm large enough?") from None
+        finally:
+            os.close(fd)
+        self.q = memoryview(self.map).cast("q")
+        self.u8 = np.frombuffer(self.map, dtype=np.uint8)
+
+    def close(self) -> None:
+        try:
+            self.q.release()
+            del self.u8
+            self.map.close()
+        except (BufferError, AttributeError):
+            pass  # a view still exported; the mapping goes with the process
+
+
+class _Channel:
+    """One direction between this rank and a peer; counters and slots live in the receiver's segment."""
+
+    def __init__(self, seg: _Segment, lay: _Layout, src: int) -> None:
+        self.q = seg.q
+        self.head, self.tail, self.lens = lay.head(src), lay.tail(src), lay.lens(src)
+        self.K, self.S = lay.slots, lay.slot_size
+        self.slots = [seg.u8[lay.slot(src, k):lay.slot(src, k) + self.S] for k in range(self.K)]
+        self.queue: Deque["_ShmRequest"] = deque()
+
+
+class _ShmRequest(Request):
+    __slots__ = ("peer", "done", "u8", "typed", "op", "off", "chan", "send", "transport")
+
+    def __init__(self, transport: "ShmTransport", peer: int, buf: np.ndarray, op: Optional[ReduceOp],
+                 send: bool) -> None:
+        self.transport, self.peer, self.send, self.op = transport, peer, send, op
+        self.typed = buf
+        self.u8 = buf.view(np.uint8)
+        self.off = 0
+        self.done = False
+        self.chan = transport._out[peer] if send else transport._in[peer]
+        self.chan.queue.append(self)
+
+    def test(self) -> bool:
+        if not self.done:
+            q = self.chan.queue
+            while q and (q[0]._send_progress() if self.send else q[0]._recv_progress()):
+                q.popleft()
+        return self.done
+
+    def _send_progress(self) -> bool:
+        c, q = self.chan, self.chan.q
+        head = q[c.head]
+        n = self.u8.size
+        while head - q[c.tail] < c.K:
+            k = head % c.K
+            m = min(c.S, n - self.off)
+            if m:
+                c.slots[k][:m] = self.u8[self.off:self.off + m]
+            self.off += m
+            q[c.lens + k] = m
+            last = self.off >= n
+            q[c.lens + c.K + k] = 1 if last else 0
+            head += 1
+            q[c.head] = head
+            if last:
+                self.done = True
+                return True
+        return False
+
+    def _recv_progress(self) -> bool:
+        c, q = self.chan, self.chan.q
+        tail = q[c.tail]
+        n = self.u8.size
+        while tail < q[c.head]:
+            k = tail % c.K
+            m = q[c.lens + k]
+            last = q[c.lens + c.K + k] == 1
+            end = self.off + m
+            if end > n or (last and end != n) or (not last and end >= n):
+                self.transport._mismatch(self.peer, n, end, last)
+            if m:
+                src = c.slots[k][:m]
+                if self.op is None:
+                    self.u8[self.off:end] = src
+                else:
+                    isz = self.typed.itemsize
+                    dst = self.typed[self.off // isz:end // isz]
+                    UFUNC[self.op](dst, src.view(self.typed.dtype), out=dst)
+            self.off = end
+            tail += 1
+            q[c.tail] = tail
+            if last:
+                self.done = True
+                return True
+        return False
+
+
+class ShmWindow(Window):
+    """Each rank's window region, mapped in every local rank; barrier by per-rank counters."""
+
+    def __init__(self, transport: "ShmTransport") -> None:
+        self._t = transport
+        lay = transport._lay
+        self.size = lay.window
+        self._bufs = {r: transport._segs[r].u8[lay.win_off:lay.win_off + lay.window]
+                      for r in transport.ranks}
+        self.phase = 0  # which half the next direct chunk uses; persists across calls
+
+    def buffer(self, rank: int) -> np.ndarray:
+        return self._bufs[rank]
+
+    def barrier(self, wait: Callable[[Callable[[], bool], List[int]], None]) -> None:
+        t = self._t
+        me = t._segs[t.rank].q
+        gen = me[_I_BARRIER] + 1
+        me[_I_BARRIER] = gen
+        peers = [r for r in t.ranks if r != t.rank]
+        qs = [t._segs[r].q for r in peers]
+
+        def ready() -> bool:
+            for q in qs:
+                if q[_I_BARRIER] < gen:
+                    return False
+            return True
+
+        if not ready():
+            wait(ready, [r for r, q in zip(peers, qs) if q[_I_BARRIER] < gen])
+
+
+class ShmTransport(Transport):
+    """Shared-memory transport among the ranks of one node (``ranks`` are communicator ranks)."""
+
+    name = "shm"
+
+    def __init__(self, bootstrap, rank: int, ranks: List[int], tag: str) -> None:
+        self.rank, self.ranks = rank, list(ranks)
+        self.local = self.ranks.index(rank)
+        slot_size = config.get("HPCCL_SHM_SLOT_SIZE")
+        if slot_size < 4096 or slot_size % 64:
+            raise HpcclInvalidArgument("HPCCL_SHM_SLOT_SIZE", f"{slot_size} must be >= 4096 and a multiple of 64")
+        window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
+        self._lay = _Layout(len(self.ranks), config.get("HPCCL_SHM_SLOTS"), slot_size, window)
+        self.segment_bytes = self._lay.total
+        base = f"/dev/shm/hpccl-{os.getuid()}-{tag}-"
+        self._path = base + str(self.local)
+        self._segs: Dict[int, _Segment] = {}
+        try:
+            self._segs[rank] = _Segment(self._path, self._lay.total, create=True)
+            self._segs[rank].q[_I_MAGIC] = _MAGIC
+            bootstrap.barrier()
+            for i, r in enumerate(self.ranks):
+                if r != rank:
+                    self._segs[r] = _Segment(base + str(i), self._lay.total, create=False)
+            bootstrap.barrier()
+        finally:
+            self._unlink()
+        self._in = {r: _Channel(self._segs[rank], self._lay, self.ranks.index(r)) for r in self.ranks}
+        self._out = {r: _Channel(self._segs[r], self._lay, self.local) for r in self.ranks}
+        self._window = ShmWindow(self)
+        log.info("TRANSPORT", "shm: %d local ranks, %d B per segment (%d slots x %d B, window %d B)",
+                 len(self.ranks), self._lay.total, self._lay.slots, slot_size, window)
+
+    @staticmethod
+    def new_tag() -> str:
+        return secrets.token_hex(6)
+
+    def _unlink(self) -> None:
+        if self._path in _live_paths:
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
+            _live_paths.discard(self._path)
+
+    def _mismatch(self, peer: int, expected: int, got: int, last: bool) -> None:
+        from ..errors import HpcclInvalidUsage
+        raise HpcclInvalidUsage(
+            f"message size mismatch with rank {peer}: this rank expects {expected} bytes, the peer's "
+            f"message {'ends at' if last else 'runs past'} {got} bytes (counts or dtypes differ across ranks)")
+
+    def isend(self, peer: int, buf: np.ndarray) -> Request:
+        return _ShmRequest(self, peer, buf, None, send=True)
+
+    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp]) -> Request:
+        return _ShmRequest(self, peer, buf, op, send=False)
+
+    def window(self) -> Optional[Window]:
+        return self._window
+
+    def announce(self, seq: int) -> None:
+        self._segs[self.rank].q[_I_ARRIVED] = seq
+
+    def arrived(self, peer: int) -> Optional[int]:
+        seg = self._segs.get(peer)
+        return None if seg is None else seg.q[_I_ARRIVED]
+
+    def peer_aborted(self) -> Optional[int]:
+        for r, seg in self._segs.items():
+            if r != self.rank and seg.q[_I_ABORT]:
+                return r
+        return None
+
+    def abort(self) -> None:
+        if self.rank in self._segs:
+            self._segs[self.rank].q[_I_ABORT] = 1
+
+    def close(self) -> None:
+        self._unlink()
+        self._in = self._out = {}
+        self._window = None
+        for seg in self._segs.values():
+            seg.close()
+        self._segs = {}

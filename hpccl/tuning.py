@@ -1,0 +1,144 @@
+"""The cost model: predicted time of each algorithm from latency/bandwidth terms; the cheapest wins.
+
+Terms per path (seconds, seconds per byte) were fitted to hpccl-perf sweeps with HPCCL_ALGO forced
+(docs/PERFORMANCE.md); HPCCL_TUNING_FILE replaces them and HPCCL_ALGO overrides the choice."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, Iterable, Optional
+
+from . import config, log
+from .errors import HpcclInvalidArgument
+
+
+@dataclass(frozen=True)
+class Path:
+    """alpha: fixed cost of one message step; beta: per byte moved; red: per byte reduced;
+    bar: one window barrier."""
+
+    alpha: float
+    beta: float
+    red: float
+    bar: float
+
+
+DEFAULTS: Dict[str, Path] = {
+    "shm": Path(alpha=25e-6, beta=1 / 6e9, red=1 / 4e9, bar=8e-6),
+    "mpi": Path(alpha=60e-6, beta=1 / 1.5e9, red=1 / 4e9, bar=60e-6),
+    "ucx": Path(alpha=40e-6, beta=1 / 2e9, red=1 / 4e9, bar=40e-6),
+    "cuda": Path(alpha=12e-6, beta=1 / 300e9, red=1 / 1500e9, bar=6e-6),
+}
+
+
+def _log2(n: int) -> int:
+    return max(1, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def _rd_steps(n: int) -> int:
+    pof2 = 1 << (n.bit_length() - 1)
+    return _log2(pof2) + (2 if n > pof2 else 0)
+
+
+Model = Callable[[Path, float, int, float], float]
+
+#: collective -> algorithm -> t(path, bytes, ranks, cpu_share)
+MODELS: Dict[str, Dict[str, Model]] = {
+    "all_reduce": {
+        "ring": lambda P, N, n, s: 2 * (n - 1) * (P.alpha + s * N / n * (2 * P.beta + P.red / 2)),
+        "tree": lambda P, N, n, s: 2 * _log2(n) * (P.alpha + s * N * (2 * P.beta + P.red / 2)),
+        "rd": lambda P, N, n, s: _rd_steps(n) * (P.alpha + s * N * (2 * P.beta + P.red)),
+        "oneshot": lambda P, N, n, s: P.bar + s * N * (P.beta + (n - 1) * P.red),
+        "twoshot": lambda P, N, n, s: 2 * P.bar + s * N * (2 * P.beta + (n - 1) / n * P.red),
+    },
+    "all_gather": {  # N = bytes received (n x send)
+        "ring": lambda P, N, n, s: (n - 1) * (P.alpha + s * N / n * 2 * P.beta),
+        "direct": lambda P, N, n, s: P.bar + s * N * (P.beta + P.beta / n),
+    },
+    "reduce_scatter": {  # N = bytes sent (n x recv)
+        "ring": lambda P, N, n, s: (n - 1) * (P.alpha + s * N / n * (3 * P.beta + P.red)),
+        "direct": lambda P, N, n, s: P.bar + s * N * (P.beta + P.red),
+    },
+    "broadcast": {
+        "tree": lambda P, N, n, s: _log2(n) * (P.alpha + s * N * 2 * P.beta),
+        "ring": lambda P, N, n, s: (n - 1 + max(1.0, N / (1 << 20))) * P.alpha + s * N * 2 * P.beta
+        * (1 + (n - 1) / max(1.0, N / (1 << 20))),
+        "direct": lambda P, N, n, s: P.bar + s * N * 2 * P.beta,
+    },
+    "reduce": {
+        "tree": lambda P, N, n, s: _log2(n) * (P.alpha + s * N * (2 * P.beta + P.red)),
+        "direct": lambda P, N, n, s: P.bar + s * N * (P.beta + (n - 1) * P.red / n * 2),
+    },
+    "all_to_all": {
+        "linear": lambda P, N, n, s: (n - 1) * P.alpha / 2 + s * N * 2 * P.beta,
+        "direct": lambda P, N, n, s: P.bar + s * N * 2 * P.beta,
+    },
+}
+
+
+def _load_paths() -> Dict[str, Path]:
+    paths = dict(DEFAULTS)
+    fname = config.get("HPCCL_TUNING_FILE")
+    if fname:
+        try:
+            with open(fname) as f:
+                data = json.load(f)
+            for name, terms in data.items():
+                paths[name] = replace(paths.get(name, DEFAULTS["shm"]), **terms)
+        except (OSError, ValueError, TypeError) as exc:
+            raise HpcclInvalidArgument("HPCCL_TUNING_FILE", f"cannot use {fname}: {exc}") from None
+    return paths
+
+
+def _parse_override(text: str) -> Dict[str, str]:
+    """'ring' -> {'*': 'ring'}; 'all_reduce:ring,broadcast:tree' -> per collective."""
+    out: Dict[str, str] = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        coll, _, algo = item.rpartition(":")
+        out[coll or "*"] = algo
+    return out
+
+
+class Tuner:
+    """Chooses an algorithm per (collective, size) for one communicator; decisions are cached."""
+
+    def __init__(self, path: str, nranks: int, local_ranks: int) -> None:
+        self.path = _load_paths()[path]
+        self.path_name = path
+        self.n = nranks
+        cpus = os.cpu_count() or 1
+        self.share = max(1.0, local_ranks / cpus)
+        self.override = _parse_override(config.get("HPCCL_ALGO"))
+        self._cache: Dict[tuple, str] = {}
+
+    def predict(self, coll: str, algo: str, nbytes: int) -> float:
+        return MODELS[coll][algo](self.path, float(nbytes), self.n, self.share)
+
+    def choose(self, coll: str, nbytes: int, eligible: Iterable[str]) -> str:
+        key = (coll, nbytes.bit_length())
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        names = [a for a in eligible if a in MODELS[coll]]
+        forced = self.override.get(coll) or self.override.get("*")
+        if forced:
+            if forced in names:
+                self._cache[key] = forced
+                return forced
+            log.warn("TUNING", "HPCCL_ALGO=%s is not available for %s here (have %s); using the model",
+                     forced, coll, ",".join(names))
+        # decide at the middle of the power-of-two bucket the size falls in
+        probe = 3 << max(0, nbytes.bit_length() - 2) if nbytes > 1 else nbytes
+        best = min(names, key=lambda a: self.predict(coll, a, probe))
+        log.trace("TUNING", "%s %d B on %d ranks over %s -> %s", coll, nbytes, self.n, self.path_name, best)
+        self._cache[key] = best
+        return best
+
+
+def simulate(coll: str, nbytes: int, nranks: int, path: str, algos: Optional[Iterable[str]] = None) -> Dict[str, float]:
+    """Predicted seconds per algorithm for a configuration (used by the scaling tables)."""
+    P = _load_paths()[path]
+    return {a: f(P, float(nbytes), nranks, 1.0) for a, f in MODELS[coll].items()
+            if algos is None or a in algos}

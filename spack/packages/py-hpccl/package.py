@@ -1,0 +1,60 @@
+"""Spack package for hpccl; loads in package API v1 (Spack < 1.0) and v2 (Spack >= 1.0) repos."""
+
+from spack.package import *
+
+try:  # Spack >= 1.0: build systems live in the builtin repository (package API v2)
+    from spack_repo.builtin.build_systems.cuda import CudaPackage
+    from spack_repo.builtin.build_systems.python import PythonPackage
+except ImportError:  # Spack < 1.0: spack.package exports them
+    pass
+
+
+class PyHpccl(PythonPackage, CudaPackage):
+    """hpccl: collective communication for Python on HPC systems (all_reduce, all_gather, ...),
+    bootstrapped by MPI, over shared memory, CUDA peer memory and UCX."""
+
+    homepage = "https://github.com/hpccl/hpccl"
+    git = "https://github.com/hpccl/hpccl.git"
+
+    version("main", branch="main")
+
+    variant("ucx", default=False, description="Inter-node transport over UCX (ucxx), GPUDirect RDMA")
+
+    # GPU kernels are compiled by NVRTC at run time for the GPUs found, so cuda_arch only has to
+    # match what CuPy (and UCX) are built for; like py-cupy, a +cuda build must name one.
+    conflicts("+cuda cuda_arch=none", msg="+cuda needs cuda_arch, e.g. cuda_arch=90 for H100/H200")
+
+    depends_on("python@3.10:", type=("build", "run"))
+    depends_on("py-setuptools@64:", type="build")
+    depends_on("py-wheel", type="build")
+
+    depends_on("mpi")
+    depends_on("py-mpi4py@3.1:", type=("build", "run"))
+    depends_on("py-numpy@1.22:", type=("build", "run"))
+    depends_on("py-ml-dtypes", type=("build", "run"))
+
+    with when("+cuda"):
+        depends_on("py-nvidia-ml-py", type=("build", "run"))
+        for _arch in CudaPackage.cuda_arch_values:
+            depends_on(f"py-cupy+cuda cuda_arch={_arch}", type=("build", "run"),
+                       when=f"cuda_arch={_arch}")
+
+    with when("+ucx"):
+        depends_on("ucx+verbs+rc+dc+mlx5_dv+rdmacm+thread_multiple")
+        depends_on("py-ucxx", type=("build", "run"))
+    with when("+ucx+cuda"):
+        for _arch in CudaPackage.cuda_arch_values:
+            depends_on(f"ucx+cuda+gdrcopy cuda_arch={_arch}", when=f"cuda_arch={_arch}")
+            depends_on(f"py-ucxx+cuda cuda_arch={_arch}", when=f"cuda_arch={_arch}")
+
+    def setup_run_environment(self, env):
+        # Same defaults as the Lmod modulefile in modulefiles/hpccl/ of the source tree.
+        env.set("HPCCL_CHECK_ENV", "1")
+        if self.spec.satisfies("+ucx"):
+            env.set("HPCCL_NET", "ucx")
+            env.set("OMPI_MCA_pml", "ucx")
+
+    @run_after("install")
+    @on_package_attributes(run_tests=True)
+    def check_import(self):
+        python("-c", "import hpccl, hpccl.envcheck")
