@@ -12,7 +12,7 @@ from .algorithms import ALGORITHMS
 from .algorithms import hier
 from .bootstrap import MpiBootstrap
 from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclUnsupported
-from .interop import HOST, host_view, memory_kind, writable
+from .interop import CUDA, HOST, host_view, memory_kind, writable
 from .memory import host
 from .ops import SUM, ReduceOp, as_op, check_op_dtype
 from .primitives import Primitives
@@ -42,6 +42,7 @@ class Communicator:
         self._p2p: List[Tuple[str, int, np.ndarray]] = []
         self._sub: Dict[str, "Communicator"] = {}
         self._node_override = node_id
+        self._cuda: Any = None
 
         names = self._boot.allgather(node_name(self._boot.world_rank, node_id))
         self.nodes: NodeMap = detect_nodes(names)
@@ -157,6 +158,9 @@ class Communicator:
         """Release shared memory, endpoints and the private MPI communicator; safe to call twice."""
         if self._destroyed:
             return
+        if self._cuda is not None:
+            self._cuda.close()
+            self._cuda = None
         for sub in self._sub.values():
             sub.destroy()
         self._sub = {}
@@ -252,10 +256,12 @@ class Communicator:
             ALGORITHMS[coll][algo].fn(self._prim, *args)
 
     # ----- collectives -----------------------------------------------------------------------------
-    def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM) -> Any:
+    def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
         """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
         self._alive("all_reduce")
         op = as_op(op)
+        if memory_kind(sendbuf) == CUDA:
+            return self._cuda_comm().all_reduce(sendbuf, recvbuf, op, stream)
         send, _ = self._view(sendbuf, "sendbuf")
         check_op_dtype(op, send.dtype)
         if recvbuf is None:
@@ -275,11 +281,14 @@ class Communicator:
         self._submit("all_reduce", go)
         return result
 
-    def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM) -> Any:
+    def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
+               stream: Any = None) -> Any:
         """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
         self._alive("reduce")
         root = self._rank_arg(root, "root")
         op = as_op(op)
+        if memory_kind(sendbuf) == CUDA:
+            return self._cuda_comm().reduce(sendbuf, recvbuf, root, op, stream)
         send, _ = self._view(sendbuf, "sendbuf")
         check_op_dtype(op, send.dtype)
         if self.rank == root:
@@ -305,10 +314,12 @@ class Communicator:
         self._submit("reduce", go)
         return result
 
-    def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None) -> Any:
+    def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None, stream: Any = None) -> Any:
         """Root's buf reaches every rank: in place in buf, or into recvbuf when given."""
         self._alive("broadcast")
         root = self._rank_arg(root, "root")
+        if memory_kind(buf) == CUDA:
+            return self._cuda_comm().broadcast(buf, root, recvbuf, stream)
         send, _ = self._view(buf, "buf")
         if recvbuf is None:
             if self.rank != root:
@@ -323,10 +334,12 @@ class Communicator:
         self._submit("broadcast", lambda: self._dispatch("broadcast", send.nbytes, send, recv, root))
         return result
 
-    def all_gather(self, sendbuf: Any, recvbuf: Any = None) -> Any:
+    def all_gather(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """recvbuf holds every rank's sendbuf in rank order (size x count); allocated when None.
         In place when sendbuf is recvbuf's own block (recvbuf[rank*count:(rank+1)*count])."""
         self._alive("all_gather")
+        if memory_kind(sendbuf) == CUDA:
+            return self._cuda_comm().all_gather(sendbuf, recvbuf, stream)
         send, shaped = self._view(sendbuf, "sendbuf")
         if recvbuf is None:
             out = np.empty((self.size,) + shaped.shape, dtype=send.dtype)
@@ -345,10 +358,13 @@ class Communicator:
         self._submit("all_gather", lambda: self._dispatch("all_gather", recv.nbytes, send, recv))
         return result
 
-    def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM) -> Any:
+    def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
+                       stream: Any = None) -> Any:
         """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
         self._alive("reduce_scatter")
         op = as_op(op)
+        if memory_kind(sendbuf) == CUDA:
+            return self._cuda_comm().reduce_scatter(sendbuf, recvbuf, op, stream)
         send, _ = self._view(sendbuf, "sendbuf")
         check_op_dtype(op, send.dtype)
         if send.size % self.size:
@@ -367,9 +383,11 @@ class Communicator:
         self._submit("reduce_scatter", go)
         return result
 
-    def all_to_all(self, sendbuf: Any, recvbuf: Any = None) -> Any:
+    def all_to_all(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """Block j of rank i's sendbuf becomes block i of rank j's recvbuf."""
         self._alive("all_to_all")
+        if memory_kind(sendbuf) == CUDA:
+            return self._cuda_comm().all_to_all(sendbuf, recvbuf, stream)
         send, _ = self._view(sendbuf, "sendbuf")
         if send.size % self.size:
             raise HpcclInvalidArgument("sendbuf", f"has {send.size} elements, not a multiple of the "
@@ -382,9 +400,12 @@ class Communicator:
         self._submit("all_to_all", lambda: self._dispatch("all_to_all", send.nbytes, send, recv))
         return result
 
-    def barrier(self) -> None:
+    def barrier(self, *, stream: Any = None) -> None:
         """Return once every rank has called barrier."""
         self._alive("barrier")
+        if stream is not None:
+            self._cuda_comm().barrier(stream)
+            return
 
         def go() -> None:
             if self._prim.window is not None:
@@ -398,20 +419,30 @@ class Communicator:
         self._submit("barrier", go)
 
     # ----- point to point and groups ---------------------------------------------------------------
-    def send(self, buf: Any, peer: int) -> None:
+    def send(self, buf: Any, peer: int, *, stream: Any = None) -> None:
         """Send buf to peer (matched in order with the peer's recv from this rank)."""
         self._alive("send")
         peer = self._rank_arg(peer, "peer")
+        if memory_kind(buf) == CUDA:
+            if self._group is not None:
+                self._p2p.append(("send", peer, buf))
+                return
+            return self._cuda_comm().send(buf, peer, stream)
         flat, _ = self._view(buf, "buf")
         if self._group is not None:
             self._p2p.append(("send", peer, flat))
         else:
             self._run("send", lambda: self._prim.send(peer, flat))
 
-    def recv(self, buf: Any, peer: int) -> Any:
+    def recv(self, buf: Any, peer: int, *, stream: Any = None) -> Any:
         """Receive from peer into buf (same byte size as the peer's send)."""
         self._alive("recv")
         peer = self._rank_arg(peer, "peer")
+        if memory_kind(buf) == CUDA:
+            if self._group is not None:
+                self._p2p.append(("recv", peer, buf))
+                return buf
+            return self._cuda_comm().recv(buf, peer, stream)
         flat, _ = self._view(buf, "buf")
         writable(flat, "buf")
         if self._group is not None:
@@ -440,12 +471,24 @@ class Communicator:
         if outer:
             ops, p2p = self._group, self._p2p
             self._group, self._p2p = None, []
+            dev = [x for x in p2p if not isinstance(x[2], np.ndarray)]
+            p2p = [x for x in p2p if isinstance(x[2], np.ndarray)]
+            if dev:
+                self._cuda_comm().group_p2p([(peer, b) for kind, peer, b in dev if kind == "send"],
+                                            [(peer, b) for kind, peer, b in dev if kind == "recv"], None)
             if p2p:
                 sends = [(peer, b) for kind, peer, b in p2p if kind == "send"]
                 recvs = [(peer, b, None) for kind, peer, b in p2p if kind == "recv"]
                 self._run("group(send/recv)", lambda: self._prim.exchange(sends, recvs))
             for coll, fn in ops:
                 self._run(coll, fn)
+
+    def _cuda_comm(self):
+        """The GPU side of this communicator (peer memory, kernels), built on first use."""
+        if self._cuda is None:
+            from .cuda_comm import CudaComm
+            self._cuda = CudaComm(self)
+        return self._cuda
 
     # ----- sub-communicators for hierarchical algorithms ----------------------------------------------
     def _subcomm(self, kind: str) -> Optional["Communicator"]:

@@ -113,6 +113,14 @@ class Tuner:
         self.override = _parse_override(config.get("HPCCL_ALGO"))
         self._cache: Dict[tuple, str] = {}
 
+    def force(self, coll: str, algo: Optional[str]) -> None:
+        """Pin ``coll`` to ``algo`` (None: back to the model), as HPCCL_ALGO would."""
+        if algo is None:
+            self.override.pop(coll, None)
+        else:
+            self.override[coll] = algo
+        self._cache.clear()
+
     def predict(self, coll: str, algo: str, nbytes: int) -> float:
         return MODELS[coll][algo](self.path, float(nbytes), self.n, self.share)
 

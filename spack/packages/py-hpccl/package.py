@@ -16,6 +16,8 @@ class PyHpccl(PythonPackage, CudaPackage):
     homepage = "https://github.com/hpccl/hpccl"
     git = "https://github.com/hpccl/hpccl.git"
 
+    license("BSD-3-Clause")
+
     version("main", branch="main")
 
     variant("ucx", default=False, description="Inter-node transport over UCX (ucxx), GPUDirect RDMA")
@@ -25,12 +27,12 @@ class PyHpccl(PythonPackage, CudaPackage):
     conflicts("+cuda cuda_arch=none", msg="+cuda needs cuda_arch, e.g. cuda_arch=90 for H100/H200")
 
     depends_on("python@3.10:", type=("build", "run"))
-    depends_on("py-setuptools@64:", type="build")
+    depends_on("py-setuptools@68:", type="build")
     depends_on("py-wheel", type="build")
 
     depends_on("mpi")
     depends_on("py-mpi4py@3.1:", type=("build", "run"))
-    depends_on("py-numpy@1.22:", type=("build", "run"))
+    depends_on("py-numpy@1.24:", type=("build", "run"))
     depends_on("py-ml-dtypes", type=("build", "run"))
 
     with when("+cuda"):

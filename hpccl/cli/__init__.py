@@ -1,0 +1,1 @@
+"""Command-line tools: hpccl-perf (nccl-tests style benchmark) and hpccl-info."""

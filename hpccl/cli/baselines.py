@@ -1,0 +1,111 @@
+"""Other libraries timed on the same buffers in the same run: the MPI library (mpi4py) and torch gloo.
+NCCL comes from hpccl.cli.nccl_baseline on GPU buffers. A baseline returns None when it lacks the case."""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from ..ops import AVG, MAX, MIN, PROD, SUM, ReduceOp
+
+Runner = Optional[Callable[[], None]]
+
+
+class MpiBaseline:
+    """The MPI library's own collectives through mpi4py (what `mpiexec` users would call otherwise)."""
+
+    name = "mpi"
+
+    def __init__(self, mpi_comm: Any) -> None:
+        from mpi4py import MPI
+        self.MPI, self.comm = MPI, mpi_comm
+        self.ops = {SUM: MPI.SUM, PROD: MPI.PROD, MIN: MPI.MIN, MAX: MPI.MAX}
+
+    def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int) -> Runner:
+        MPI, c = self.MPI, self.comm
+        if op is AVG or send.dtype.kind == "V":  # MPI has no avg and no bfloat16
+            return None
+        mop = self.ops[op]
+        table = {
+            "all_reduce": lambda: c.Allreduce(send, recv, op=mop),
+            "all_gather": lambda: c.Allgather(send, recv),
+            "reduce_scatter": lambda: c.Reduce_scatter_block(send, recv, op=mop),
+            "broadcast": lambda: c.Bcast(recv, root=root),
+            "reduce": lambda: c.Reduce(send, recv, op=mop, root=root),
+            "all_to_all": lambda: c.Alltoall(send, recv),
+        }
+        return table[coll]
+
+    def close(self) -> None:
+        pass
+
+
+class GlooBaseline:
+    """torch.distributed with the gloo backend, rendezvous on this node (needs torch installed)."""
+
+    name = "gloo"
+
+    def __init__(self, mpi_comm: Any) -> None:
+        import torch
+        import torch.distributed as dist
+        self.torch, self.dist = torch, dist
+        port = None
+        if mpi_comm.Get_rank() == 0:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        port = mpi_comm.bcast(port)
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                rank=mpi_comm.Get_rank(), world_size=mpi_comm.Get_size())
+        R = dist.ReduceOp
+        self.ops = {SUM: R.SUM, PROD: R.PRODUCT, MIN: R.MIN, MAX: R.MAX}
+
+    def _t(self, a: np.ndarray):
+        torch = self.torch
+        if a.dtype.kind == "V":
+            return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(a)
+
+    def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int) -> Runner:
+        dist = self.dist
+        if op is AVG or send.dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
+            return None
+        s, r = self._t(send), self._t(recv)
+        rop = self.ops[op]
+        if coll == "all_reduce":
+            def run() -> None:
+                r.copy_(s)
+                dist.all_reduce(r, op=rop)
+            return run
+        if coll == "all_gather":
+            return lambda: dist.all_gather_into_tensor(r, s)
+        if coll == "reduce_scatter":
+            return None  # gloo has no reduce_scatter
+        if coll == "broadcast":
+            return lambda: dist.broadcast(r, src=root)
+        if coll == "reduce":
+            def run_reduce() -> None:
+                r.copy_(s)
+                dist.reduce(r, dst=root, op=rop)
+            return run_reduce
+        if coll == "all_to_all":
+            return lambda: dist.all_to_all_single(r, s)
+        return None
+
+    def close(self) -> None:
+        self.dist.destroy_process_group()
+
+
+def make(name: str, mpi_comm: Any):
+    """A baseline by name: 'mpi', 'gloo' or 'nccl' (GPU buffers only)."""
+    if name == "mpi":
+        return MpiBaseline(mpi_comm)
+    if name == "gloo":
+        return GlooBaseline(mpi_comm)
+    if name == "nccl":
+        from .nccl_baseline import NcclBaseline
+        return NcclBaseline(mpi_comm)
+    raise ValueError(f"unknown baseline {name!r}; use mpi, gloo or nccl")

@@ -1,0 +1,65 @@
+"""hpccl-info: versions, every HPCCL_* value with its source, and the topology hpccl detects.
+
+Run alone for this process's view, or under mpiexec to see the node map of the whole job."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import platform
+import shutil
+import socket
+import sys
+from typing import List, Optional
+
+
+def _version(mod: str) -> str:
+    try:
+        m = importlib.import_module(mod)
+    except Exception as exc:  # noqa: BLE001 - report any import failure as absent
+        return f"not available ({type(exc).__name__})"
+    return str(getattr(m, "__version__", "present"))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argparse.ArgumentParser(prog="hpccl-info", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    import hpccl
+    from hpccl import config
+    from mpi4py import MPI
+
+    comm = hpccl.init()
+    lines: List[str] = []
+    say = lines.append
+    say(f"hpccl {hpccl.__version__} on Python {platform.python_version()} ({sys.executable})")
+    for mod in ("numpy", "mpi4py", "ml_dtypes", "cupy", "torch", "ucxx", "pynvml"):
+        say(f"  {mod:<10} {_version(mod)}")
+    say(f"  MPI        {MPI.Get_library_version().splitlines()[0].strip()}")
+    say("configuration (HPCCL_*; source env or default):")
+    for name, value, source, doc in config.describe():
+        say(f"  {name:<24} = {str(value)!r:<14} [{source}]  {doc}")
+    say("topology:")
+    say(f"  ranks {comm.size}, nodes {comm.num_nodes}, host path '{comm._path}'")
+    for node in range(comm.num_nodes):
+        say(f"  node {node} ({comm.nodes.node_names[node]}): ranks {comm.nodes.ranks_on(node)}")
+    shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
+    say(f"  this host {socket.gethostname()}: {os.cpu_count()} CPUs, /dev/shm "
+        + (f"{shm.total / 2**20:.0f} MiB ({shm.free / 2**20:.0f} free)" if shm else "absent"))
+    try:
+        from hpccl.topology import nvml
+        say(nvml.describe())
+    except Exception as exc:  # noqa: BLE001 - no GPU or no NVML is a normal state
+        say(f"  GPUs: none visible ({type(exc).__name__}: {exc})")
+    try:
+        from hpccl.envcheck import check_environment
+        for msg in check_environment(0, comm.local_size, False):
+            say(f"  environment: {msg}")
+    except ImportError:
+        pass
+    if comm.rank == 0:
+        print("\n".join(lines), flush=True)
+    comm.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

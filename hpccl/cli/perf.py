@@ -1,0 +1,247 @@
+"""hpccl-perf: the nccl-tests of hpccl. Times each collective over a size sweep, checks results against
+numpy, and times the MPI library / gloo / NCCL on the same buffers in the same run.
+
+    mpiexec -n 4 hpccl-perf all_reduce -b 8 -e 64M -f 2 --check --compare mpi
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+
+from ..config import _size
+from ..ops import DTYPES
+from .workloads import COLLECTIVES, OPS, expected, fill, workload, wrong
+
+
+def _args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="hpccl-perf", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("collectives", nargs="*", default=["all_reduce"],
+                   help=f"any of {', '.join(COLLECTIVES)}, or 'all'")
+    p.add_argument("-b", "--minbytes", default="8", help="smallest size (8, 64K, 1M...)")
+    p.add_argument("-e", "--maxbytes", default="64M", help="largest size")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="multiply the size by this each step")
+    p.add_argument("-n", "--iters", type=int, default=0, help="timed iterations per size (0: by size)")
+    p.add_argument("-w", "--warmup", type=int, default=2, help="untimed iterations per size")
+    p.add_argument("-d", "--dtype", default="float32", choices=list(DTYPES))
+    p.add_argument("-o", "--op", default="sum", choices=list(OPS))
+    p.add_argument("-r", "--root", type=int, default=0)
+    p.add_argument("-c", "--check", action="store_true", help="check every result against numpy")
+    p.add_argument("--compare", default="", help="comma list of baselines: mpi, gloo, nccl")
+    p.add_argument("--algo", default="", help="comma list of hpccl algorithms to time separately "
+                                              "(as HPCCL_ALGO); empty: the cost model's choice")
+    p.add_argument("--mem", default="host", choices=["host", "cuda"], help="buffer memory")
+    p.add_argument("--json", default="", help="write every result to this file")
+    p.add_argument("--plot", default="", help="draw busbw against size per library to this PNG")
+    a = p.parse_args(argv)
+    if a.collectives == ["all"]:
+        a.collectives = list(COLLECTIVES)
+    for c in a.collectives:
+        if c not in COLLECTIVES:
+            p.error(f"unknown collective {c!r}; use {', '.join(COLLECTIVES)} or all")
+    if a.stepfactor < 2:
+        p.error("--stepfactor must be >= 2")
+    return a
+
+
+def _sizes(lo: int, hi: int, f: int) -> List[int]:
+    out, s = [], max(lo, 0)
+    while s <= hi:
+        out.append(s)
+        s = s * f if s else 1
+    return out
+
+
+def _iters(nbytes: int, given: int) -> int:
+    if given:
+        return given
+    return max(3, min(200, int(64e6 / max(nbytes, 1))))
+
+
+class _Mem:
+    """Allocation and host transfer for the chosen buffer memory (numpy or CuPy)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        if kind == "cuda":
+            import cupy
+            self.cp = cupy
+
+    def put(self, a: np.ndarray) -> Any:
+        return self.cp.asarray(a) if self.kind == "cuda" else a
+
+    def get(self, a: Any) -> np.ndarray:
+        return self.cp.asnumpy(a) if self.kind == "cuda" else a
+
+    def empty(self, n: int, dtype: np.dtype) -> Any:
+        return self.cp.empty(n, dtype=dtype) if self.kind == "cuda" else np.empty(n, dtype=dtype)
+
+    def sync(self) -> None:
+        if self.kind == "cuda":
+            self.cp.cuda.get_current_stream().synchronize()
+
+
+def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int) -> Callable[[], None]:
+    if coll == "all_reduce":
+        return lambda: comm.all_reduce(send, recv, op)
+    if coll == "all_gather":
+        return lambda: comm.all_gather(send, recv)
+    if coll == "reduce_scatter":
+        return lambda: comm.reduce_scatter(send, recv, op)
+    if coll == "broadcast":
+        return lambda: comm.broadcast(send if comm.rank == root else recv, root, recvbuf=recv)
+    if coll == "reduce":
+        return lambda: comm.reduce(send, recv, root, op)
+    if coll == "all_to_all":
+        return lambda: comm.all_to_all(send, recv)
+    raise ValueError(coll)
+
+
+def _time(run: Callable[[], None], iters: int, warmup: int, mpi_comm, mem: _Mem) -> float:
+    """Seconds per call, the slowest rank's (a collective is done when its last rank is)."""
+    for _ in range(warmup):
+        run()
+    mem.sync()
+    mpi_comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        run()
+    mem.sync()
+    dt = (time.perf_counter() - t0) / iters
+    from mpi4py import MPI
+    return mpi_comm.allreduce(dt, op=MPI.MAX)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    a = _args(argv)
+    from mpi4py import MPI
+
+    import hpccl
+    from hpccl import config
+    from . import baselines
+
+    world = MPI.COMM_WORLD
+    comm = hpccl.init(world)
+    n, rank = comm.size, comm.rank
+    if not 0 <= a.root < n:
+        if rank == 0:
+            print(f"hpccl-perf: --root {a.root} is not a rank (0..{n - 1})", file=sys.stderr)
+        return 2
+    dtype, op = DTYPES[a.dtype], OPS[a.op]
+    mem = _Mem(a.mem)
+    libs: Dict[str, Any] = {}
+    for name in filter(None, a.compare.split(",")):
+        try:
+            libs[name] = baselines.make(name, world)
+        except Exception as exc:  # noqa: BLE001 - a missing baseline must not stop the sweep
+            if rank == 0:
+                print(f"# baseline {name} unavailable: {type(exc).__name__}: {exc}")
+    algos = [x for x in a.algo.split(",") if x] or [""]
+    say = print if rank == 0 else (lambda *x, **k: None)
+    say(f"# hpccl-perf {hpccl.__version__}: {n} ranks, {comm.num_nodes} node(s), dtype {a.dtype}, "
+        f"op {a.op}, mem {a.mem}, check {'on' if a.check else 'off'}, MPI "
+        f"{MPI.Get_library_version().splitlines()[0].strip()}")
+    say(f"# communicator set-up {comm.setup_seconds * 1e3:.1f} ms")
+    results: List[Dict[str, Any]] = []
+    total_wrong = 0
+    for coll in a.collectives:
+        for algo in algos:
+            comm._tuner.force(coll, algo or None)
+            head = f"{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'root':>5} {'time(us)':>10} " \
+                   f"{'algbw':>7} {'busbw':>7} {'#wrong':>6}"
+            for lib in libs:
+                head += f" | {lib + ' us':>10} {lib + ' busbw':>11} {'ratio':>6}"
+            say(f"#\n# {coll}{' algo ' + algo if algo else ''}\n#{head[1:]}")
+            busbws = []
+            for size in _sizes(_size(a.minbytes), _size(a.maxbytes), a.stepfactor):
+                wl = workload(coll, size, dtype.itemsize, n)
+                if wl.count == 0 and size:
+                    continue
+                send = mem.put(fill(wl.send_count, dtype, rank, op))
+                recv = mem.empty(wl.recv_count, dtype)
+                if coll == "broadcast":
+                    recv = mem.put(fill(wl.recv_count, dtype, rank, op)) if rank != a.root else recv
+                it = _iters(wl.size, a.iters)
+                run = _hpccl_runner(comm, coll, send, recv, op, a.root)
+                t = _time(run, it, a.warmup, world, mem)
+                bad = 0
+                if a.check:
+                    recv_h = mem.get(recv)
+                    if coll == "reduce" and rank != a.root:
+                        bad = 0
+                    else:
+                        bad = wrong(recv_h.reshape(-1), expected(wl, dtype, op, n, rank, a.root), op)
+                    bad = world.allreduce(bad)
+                    total_wrong += bad
+                algbw = wl.size / t / 1e9 if t > 0 else 0.0
+                busbw = algbw * wl.busbw_factor
+                busbws.append(busbw)
+                rec: Dict[str, Any] = dict(coll=coll, algo=algo or "auto", size=wl.size, count=wl.count,
+                                           dtype=a.dtype, op=a.op, ranks=n, time_us=t * 1e6, algbw=algbw,
+                                           busbw=busbw, wrong=bad if a.check else None, baselines={})
+                line = f"{wl.size:>12} {wl.count:>12} {a.dtype:>9} {a.op:>6} {a.root if coll in ('broadcast', 'reduce') else -1:>5} " \
+                       f"{t * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {bad if a.check else 'N/A':>6}"
+                for name, lib in libs.items():
+                    bsend = mem.put(fill(wl.send_count, dtype, rank, op))
+                    brecv = mem.empty(wl.recv_count, dtype)
+                    if coll == "broadcast":
+                        brecv = bsend if rank == a.root else brecv
+                    brun = lib.runner(coll, bsend, brecv, op, a.root)
+                    if brun is None or wl.count == 0:
+                        line += f" | {'n/a':>10} {'n/a':>11} {'':>6}"
+                        continue
+                    bt = _time(brun, it, a.warmup, world, mem)
+                    bbus = wl.size / bt / 1e9 * wl.busbw_factor if bt > 0 else 0.0
+                    ratio = t and bt / t
+                    rec["baselines"][name] = dict(time_us=bt * 1e6, busbw=bbus, ratio=ratio)
+                    line += f" | {bt * 1e6:>10.1f} {bbus:>11.3f} {ratio:>6.2f}"
+                say(line)
+                results.append(rec)
+            if busbws:
+                say(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s ({coll})")
+    if a.check:
+        say(f"# Out of bounds values : {total_wrong} {'OK' if total_wrong == 0 else 'FAILED'}")
+    if rank == 0 and a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(ranks=n, nodes=comm.num_nodes, config=[(k, str(v), s) for k, v, s, _ in config.describe()],
+                           results=results), f, indent=1)
+    if rank == 0 and a.plot:
+        _plot(results, list(libs), a.plot)
+    for lib in libs.values():
+        lib.close()
+    comm.destroy()
+    return 1 if total_wrong else 0
+
+
+def _plot(results: List[Dict[str, Any]], libs: List[str], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    colls = sorted({(r["coll"], r["algo"]) for r in results})
+    fig, axes = plt.subplots(1, len(colls), figsize=(5 * len(colls), 4), squeeze=False)
+    for ax, (coll, algo) in zip(axes[0], colls):
+        rows = [r for r in results if r["coll"] == coll and r["algo"] == algo and r["size"] > 0]
+        xs = [r["size"] for r in rows]
+        ax.plot(xs, [r["busbw"] for r in rows], "o-", label="hpccl")
+        for lib in libs:
+            pts = [(r["size"], r["baselines"][lib]["busbw"]) for r in rows if lib in r["baselines"]]
+            if pts:
+                ax.plot(*zip(*pts), "s--", label=lib)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("busbw (GB/s)")
+        ax.set_title(f"{coll}{'' if algo == 'auto' else ' ' + algo} ({results[0]['ranks']} ranks)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""What each collective means for a benchmark: buffer sizes, bus-bandwidth factor, inputs and the
+expected result, shared by hpccl-perf's timing, its --check and the baselines."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Tuple
+
+import ml_dtypes
+import numpy as np
+
+from ..ops import AVG, FLOATING, MAX, MIN, PROD, SUM, UFUNC, ReduceOp
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``size`` is the bytes of the full buffer as nccl-tests report it; ``count`` its elements."""
+
+    coll: str
+    size: int
+    count: int
+    send_count: int
+    recv_count: int
+    busbw_factor: float
+
+
+def workload(coll: str, size: int, itemsize: int, n: int) -> Workload:
+    """Round size down to whole elements (and whole blocks of n for the per-rank collectives)."""
+    per_rank = coll in ("all_gather", "reduce_scatter", "all_to_all")
+    unit = itemsize * (n if per_rank else 1)
+    count = (size // unit) * (n if per_rank else 1)
+    fac = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+           "all_to_all": (n - 1) / n}.get(coll, 1.0) if n > 1 else 1.0
+    send = count // n if coll == "all_gather" else count
+    recv = count // n if coll == "reduce_scatter" else count
+    return Workload(coll, count * itemsize, count, send, recv, fac)
+
+
+def fill(count: int, dtype: np.dtype, rank: int, op: ReduceOp, salt: int = 0) -> np.ndarray:
+    """Small exact values, so sums and products are exact in every dtype, including int8 and bfloat16."""
+    i = np.arange(count, dtype=np.int64)
+    if op is PROD:
+        vals = 1 + ((i + rank + salt) % 7 == 0)
+    else:
+        vals = (i * 7 + rank * 3 + salt) % 11
+        if dtype.kind in "iu" and op in (MIN, MAX) and dtype.kind == "i":
+            vals = vals - 5
+    return vals.astype(dtype)
+
+
+def expected(wl: Workload, dtype: np.dtype, op: ReduceOp, n: int, rank: int, root: int) -> np.ndarray:
+    """The result rank ``rank`` must hold, computed with numpy from every rank's inputs."""
+    ins = [fill(wl.send_count, dtype, q, op) for q in range(n)]
+    if wl.coll in ("all_reduce", "reduce", "reduce_scatter"):
+        acc = ins[0].astype(np.float64 if dtype in FLOATING else dtype)
+        for x in ins[1:]:
+            acc = UFUNC[op](acc, x.astype(acc.dtype))
+        if op is AVG:
+            acc = acc / n
+        out = acc.astype(dtype)
+        if wl.coll == "reduce_scatter":
+            c = wl.recv_count
+            out = out[rank * c:(rank + 1) * c]
+        return out
+    if wl.coll == "broadcast":
+        return ins[root]
+    if wl.coll == "all_gather":
+        return np.concatenate(ins)
+    if wl.coll == "all_to_all":
+        c = wl.count // n
+        return np.concatenate([ins[q][rank * c:(rank + 1) * c] for q in range(n)])
+    raise ValueError(wl.coll)
+
+
+def wrong(got: np.ndarray, want: np.ndarray, op: ReduceOp) -> int:
+    """Elements that differ; floating avg may differ in the last bit of its dtype."""
+    if got.size == 0:
+        return 0
+    if op is AVG:
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        tol = 4 * float(ml_dtypes.finfo(got.dtype).eps)
+        return int(np.count_nonzero(np.abs(g - w) > tol * np.maximum(1.0, np.abs(w))))
+    gb, wb = got.view(np.uint8).reshape(got.size, -1), want.view(np.uint8).reshape(want.size, -1)
+    return int(np.count_nonzero(np.any(gb != wb, axis=1)))
+
+
+OPS: Dict[str, ReduceOp] = {"sum": SUM, "prod": PROD, "min": MIN, "max": MAX, "avg": AVG}
+Runner = Callable[[], None]
+Buffers = Tuple[np.ndarray, np.ndarray]

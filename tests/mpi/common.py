@@ -1,0 +1,54 @@
+"""Helpers for suites that run inside every rank: inputs every rank can regenerate, and references."""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+
+import hpccl
+from hpccl.algorithms import ALGORITHMS, hier
+from hpccl.ops import AVG, DTYPES, FLOATING, MAX, MIN, PROD, SUM, ReduceOp
+
+ALL_DTYPES = list(DTYPES.values())
+ALL_OPS = [SUM, PROD, MIN, MAX, AVG]
+
+
+def data(count: int, dtype: np.dtype, rank: int, salt: int = 0, op: ReduceOp = SUM) -> np.ndarray:
+    """Small integers, exact in every dtype and under sums/products of up to 4 ranks."""
+    rng = np.random.default_rng(1000 * rank + salt)
+    if op is PROD:
+        v = rng.integers(1, 3, count)
+    elif dtype.kind == "i" and op in (MIN, MAX):
+        v = rng.integers(-20, 20, count)
+    else:
+        v = rng.integers(0, 20, count)
+    return v.astype(dtype)
+
+
+def reduce_ref(inputs: List[np.ndarray], op: ReduceOp) -> np.ndarray:
+    dtype = inputs[0].dtype
+    acc = inputs[0].astype(np.float64 if dtype in FLOATING else dtype)
+    for x in inputs[1:]:
+        y = x.astype(acc.dtype)
+        acc = {SUM: np.add, AVG: np.add, PROD: np.multiply, MIN: np.minimum, MAX: np.maximum}[op](acc, y)
+    if op is AVG:
+        acc = acc / len(inputs)
+    return acc.astype(dtype)
+
+
+def close(got: np.ndarray, want: np.ndarray, op: ReduceOp) -> bool:
+    if op is AVG:
+        return np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-2, atol=1e-2)
+    return np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def algorithms(comm: hpccl.Communicator, coll: str) -> List[str]:
+    """Every algorithm this communicator can run for coll (window ones need a single shared-memory node)."""
+    names = [a for a, s in ALGORITHMS[coll].items() if not s.needs_window or comm._prim.window is not None]
+    if comm.num_nodes > 1 and hier.supports(comm, coll):
+        names.append("hier")
+    return names
+
+
+def valid_ops(dtype: np.dtype) -> List[ReduceOp]:
+    return [op for op in ALL_OPS if op is not AVG or dtype in FLOATING]

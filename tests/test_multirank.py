@@ -1,0 +1,29 @@
+"""The multi-rank suites, each run under mpiexec at 1, 2, 3 and 4 ranks (odd counts catch ring
+off-by-ones), and on emulated multi-node layouts (shared memory inside a node, MPI between nodes)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import run_mpi, shm_leftovers
+
+SMALL = {"HPCCL_SHM_SLOT_SIZE": "4096", "HPCCL_SHM_SLOTS": "2", "HPCCL_SHM_DIRECT_SIZE": "16384"}
+
+CASES = [
+    # (ranks, suite, extra environment, id)
+    *[(n, "tests/mpi/mpi_collectives.py", SMALL, f"collectives-small-buffers-{n}") for n in (1, 2, 3, 4)],
+    (2, "tests/mpi/mpi_collectives.py", {}, "collectives-default-buffers-2"),
+    (4, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:2"}, "collectives-2nodes-x2"),
+    (3, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:1"}, "collectives-3nodes-x1"),
+    (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
+    *[(n, "tests/mpi/mpi_errors.py", {}, f"errors-{n}") for n in (1, 2, 3, 4)],
+    *[(n, "tests/mpi/mpi_large.py", {}, f"large-{n}") for n in (2, 4)],
+    *[(n, "tests/mpi/mpi_split.py", {}, f"split-{n}") for n in (2, 3, 4)],
+]
+
+
+@pytest.mark.parametrize("n,suite,env", [c[:3] for c in CASES], ids=[c[3] for c in CASES])
+def test_suite(n, suite, env):
+    proc = run_mpi(n, ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-o", "python_files=mpi_*.py", suite], env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-6000:]
+    assert " passed" in proc.stdout, proc.stdout[-3000:]
+    assert shm_leftovers() == []
