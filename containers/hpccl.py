@@ -62,7 +62,6 @@ Stage1 += environment(variables={
     "PMIX_MCA_gds": "hash",
     # ucxx's libucx wheel uses the image's UCX (built with CUDA, gdrcopy and verbs)
     "RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY": "true",
-    "UCX_MEMTYPE_CACHE": "n",
     # hpccl defaults
     "HPCCL_NET": "ucx",
     "HPCCL_CHECK_ENV": "1",

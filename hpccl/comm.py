@@ -71,7 +71,7 @@ class Communicator:
             "mpi" if self.size > 1 and net is not None and net.name == "mpi" else getattr(net, "name", "shm"))
         window = shm.window() if (shm is not None and self.num_nodes == 1) else None
         self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), config.get("HPCCL_SPIN"),
-                              self._arrived, self._peer_aborted, self._on_fail)
+                              [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted, self._on_fail)
         self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
         from .tuning import Tuner
         self._tuner = Tuner(self._path, self.size, self.local_size)
@@ -224,7 +224,7 @@ class Communicator:
     def _algo(self, coll: str, nbytes: int):
         table = ALGORITHMS[coll]
         names = [a for a, spec in table.items() if not spec.needs_window or self._prim.window is not None]
-        if self.num_nodes > 1 and hier.supports(coll):
+        if self.num_nodes > 1 and hier.supports(self, coll):
             names.append("hier")
         name = self._tuner.choose(coll, nbytes, names)
         return name

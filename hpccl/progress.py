@@ -11,11 +11,12 @@ from .errors import HpcclRemoteError, HpcclTimeoutError
 class Waiter:
     """Shared by one communicator's primitives; knows the current collective for error messages."""
 
-    def __init__(self, timeout: float, spin: int,
+    def __init__(self, timeout: float, spin: int, ranks: List[int],
                  arrived: Callable[[int], Optional[int]],
                  peer_aborted: Callable[[], Optional[int]],
                  on_fail: Callable[[], None]) -> None:
         self.timeout, self.spin = timeout, spin
+        self.ranks = ranks  # every other rank of the communicator
         self._arrived, self._peer_aborted, self._on_fail = arrived, peer_aborted, on_fail
         self.collective, self.seq = "idle", 0
 
@@ -39,15 +40,16 @@ class Waiter:
         bad = self._peer_aborted()
         if bad is not None:
             self._on_fail()
-            raise HpcclRemoteError(f"{self.collective} #{self.seq}: rank {bad} aborted the communicator")
+            raise HpcclRemoteError(f"{self.collective} #{self.seq}: rank {bad} aborted the communicator; "
+                                   f"rank(s) not arrived: {self.missing(peers)}")
         if time.monotonic() - start > self.timeout:
             missing = self.missing(peers)
             self._on_fail()
             raise HpcclTimeoutError(self.collective, self.seq, missing, self.timeout)
 
     def missing(self, peers: List[int]) -> List[int]:
-        """Peers that have not entered the current collective; the awaited peers if nobody can tell."""
-        known = {p: self._arrived(p) for p in peers}
-        late = [p for p, s in known.items() if s is not None and s < self.seq]
-        unknown = [p for p, s in known.items() if s is None]
-        return late + unknown or list(peers)
+        """Ranks that have not entered the current collective: every rank whose arrival counter is visible
+        (same node) and behind, plus awaited ranks nobody can see; the awaited ranks if that is empty."""
+        late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
+        unseen = [p for p in peers if self._arrived(p) is None]
+        return sorted(set(late + unseen)) or sorted(set(peers))

@@ -39,3 +39,14 @@ def run_mpi(n: int, args: List[str], env: Optional[Dict[str, str]] = None, timeo
 
 def shm_leftovers() -> List[str]:
     return [f for f in os.listdir("/dev/shm") if f.startswith("hpccl-")] if os.path.isdir("/dev/shm") else []
+
+
+def results(stdout: str) -> List[dict]:
+    """Every 'RESULT {json}' record a script printed (ranks' lines may interleave)."""
+    import json
+    dec, out, i = json.JSONDecoder(), [], stdout.find("RESULT ")
+    while i >= 0:
+        obj, end = dec.raw_decode(stdout, i + 7)
+        out.append(obj)
+        i = stdout.find("RESULT ", end)
+    return out

@@ -34,6 +34,16 @@ def test_srun_offers_pmi2_and_pmix(slurm):
     assert "pmi2" in text and "pmix" in text, text
 
 
+def test_sbatch_directives_are_known(slurm):
+    """Every #SBATCH option in slurm/*.sbatch is one this sbatch knows."""
+    help_text = slurm.run(["sbatch", "--help"]).stdout
+    for path in sorted((REPO / "slurm").glob("*.sbatch")):
+        for line in path.read_text().splitlines():
+            if line.startswith("#SBATCH "):
+                opt = line.split()[1].split("=")[0]
+                assert opt in help_text, f"{path.name}: unknown sbatch option {opt}"
+
+
 def test_cpu_template_runs_hpccl_perf(slurm, tmp_path):
     ok, why = hpccl_importable()
     assert ok, f"hpccl (with hpccl.cli.perf) must import for this test: {why}"

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """libucxx, the C++ layer of UCXX (RAPIDS); Spack's builtin repository has no package for it."""
 
+import spack
 from spack.package import *
 
 try:  # Spack >= 1.0 (package API v2)
@@ -8,6 +9,9 @@ try:  # Spack >= 1.0 (package API v2)
     from spack_repo.builtin.build_systems.cuda import CudaPackage
 except ImportError:  # Spack < 1.0
     pass
+
+# Compilers became dependencies ("c", "cxx" virtuals) in Spack 0.23.0; older Spack has no such package.
+LANGUAGE_VIRTUALS = spack.spack_version_info >= (0, 23, 0) and spack.spack_version_info != (0, 23, 0, "dev0")
 
 
 class Libucxx(CMakePackage, CudaPackage):
@@ -25,8 +29,9 @@ class Libucxx(CMakePackage, CudaPackage):
 
     root_cmakelists_dir = "cpp"
 
-    depends_on("c", type="build")
-    depends_on("cxx", type="build")
+    if LANGUAGE_VIRTUALS:
+        depends_on("c", type="build")
+        depends_on("cxx", type="build")
     depends_on("cmake@3.26.4:", type="build")
     depends_on("ninja", type="build")
     depends_on("python", type="build", when="+python")

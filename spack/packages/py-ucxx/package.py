@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """ucxx, the Python layer of UCXX (RAPIDS); builds python/ucxx against Spack's libucxx and ucx."""
 
+import spack
 from spack.package import *
 
 try:  # Spack >= 1.0 (package API v2)
@@ -8,6 +9,9 @@ try:  # Spack >= 1.0 (package API v2)
     from spack_repo.builtin.build_systems.python import PythonPackage
 except ImportError:  # Spack < 1.0
     pass
+
+# Compilers became dependencies ("c", "cxx" virtuals) in Spack 0.23.0; older Spack has no such package.
+LANGUAGE_VIRTUALS = spack.spack_version_info >= (0, 23, 0) and spack.spack_version_info != (0, 23, 0, "dev0")
 
 
 class PyUcxx(PythonPackage, CudaPackage):
@@ -22,8 +26,9 @@ class PyUcxx(PythonPackage, CudaPackage):
 
     build_directory = "python/ucxx"
 
-    depends_on("c", type="build")
-    depends_on("cxx", type="build")
+    if LANGUAGE_VIRTUALS:
+        depends_on("c", type="build")
+        depends_on("cxx", type="build")
     depends_on("python@3.10:", type=("build", "run"))
     depends_on("py-scikit-build-core", type="build")
     depends_on("py-cython@3:", type="build")

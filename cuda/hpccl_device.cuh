@@ -1,0 +1,197 @@
+// hpccl device-side building blocks: argument structs shared with hpccl/cuda_comm.py (keep the two in
+// sync), memory layout of a rank's peer-mapped buffer, system-scope flag operations, and the dtype x op
+// reduction traits. Compiled by NVRTC at run time (hpccl/kernels.py) and by nvcc in CI
+// (scripts/check_cuda.sh); it includes no system header so that both work without a CUDA include path.
+#pragma once
+
+#define HPCCL_MAX_RANKS 8
+#define HPCCL_MAX_BLOCKS 64
+#define HPCCL_MAX_P2P_OPS 16
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+// ---- layout of the u32 flag area at the end of every rank's buffer (word offsets) --------------------
+// Written by peers (system-scope release stores), read locally (acquire loads):
+#define HPCCL_FL_COLL 0                                              // [src][block] collective steps
+#define HPCCL_FL_READY (HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)           // [src][block] p2p data ready
+#define HPCCL_FL_ACK (2 * HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)         // [dst][block] p2p slot consumed
+// Private to the owning rank (step counters that persist between launches, so graphs replay correctly):
+#define HPCCL_CTR_COLL (3 * HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)       // [block]
+#define HPCCL_CTR_SEND (HPCCL_CTR_COLL + HPCCL_MAX_BLOCKS)            // [peer][block]
+#define HPCCL_CTR_RECV (HPCCL_CTR_SEND + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)  // [peer][block]
+#define HPCCL_FLAG_WORDS (HPCCL_CTR_RECV + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)
+
+#define HPCCL_ERR_TIMEOUT 1u
+
+struct CommArgs {
+  const char* send;      // this rank's input
+  char* recv;            // this rank's output
+  u64 nbytes;            // bytes of one segment (see each kernel)
+  u64 stride;            // bytes between segments of send/recv (0: every segment is the same data)
+  u64 chunk;             // bytes one block moves per step (multiple of 16, <= slot)
+  u64 slot;              // bytes between collective slots
+  u64 p2p_off;           // offset of the point-to-point slots in every rank's buffer
+  u64 p2p_slot;          // bytes per point-to-point slot
+  u64 timeout_ns;        // a wait longer than this sets *err and ends the kernel
+  char* stage[HPCCL_MAX_RANKS];  // every rank's buffer, mapped into this process
+  u32* flags[HPCCL_MAX_RANKS];   // every rank's flag area, mapped into this process
+  u32* err;              // host-mapped error word (0: fine)
+  int rank;
+  int nranks;
+  int root;              // broadcast/reduce root, -1 otherwise
+  int aligned;           // 1 when send, recv and nbytes/stride allow 16-byte vector access
+};
+
+struct P2POp {
+  char* buf;
+  u64 nbytes;
+  int peer;
+  int is_send;
+  int nblocks;
+  int first_block;
+};
+
+struct P2PArgs {
+  CommArgs c;
+  int nops;
+  int pad_;
+  P2POp ops[HPCCL_MAX_P2P_OPS];
+};
+
+// ---- system-scope synchronisation -------------------------------------------------------------------
+__device__ __forceinline__ void hp_st_release(u32* p, u32 v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ u32 hp_ld_acquire(const u32* p) {
+  u32 v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ __forceinline__ u64 hp_globaltimer() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Wait until *p has reached v (wrapping compare); false on timeout or when another wait already failed.
+__device__ __noinline__ bool hp_wait_geq(const u32* p, u32 v, const CommArgs& a) {
+  if ((int)(hp_ld_acquire(p) - v) >= 0) return true;
+  u64 t0 = hp_globaltimer();
+  u32 it = 0;
+  while ((int)(hp_ld_acquire(p) - v) < 0) {
+    if ((++it & 1023u) == 0) {
+      if (*(volatile u32*)a.err != 0u) return false;
+      if (hp_globaltimer() - t0 > a.timeout_ns) {
+        atomicExch_system(a.err, HPCCL_ERR_TIMEOUT);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// One synchronisation step of block b among all ranks: after this block's writes into peers' slots,
+// tell every peer (flag [rank][b] in its area := gen), then wait for every peer's flag [p][b] in ours.
+// Returns false (for every thread of the block) when a wait failed.
+__device__ __forceinline__ bool hp_step_sync(const CommArgs& a, u32 gen, int* s_fail) {
+  const int b = blockIdx.x;
+  const int t = threadIdx.x;
+  __syncthreads();  // every thread's stores of this step are issued
+  if (t < a.nranks && t != a.rank) {
+    __threadfence_system();
+    hp_st_release(a.flags[t] + HPCCL_FL_COLL + a.rank * HPCCL_MAX_BLOCKS + b, gen);
+    if (!hp_wait_geq(a.flags[a.rank] + HPCCL_FL_COLL + t * HPCCL_MAX_BLOCKS + b, gen, a)) *s_fail = 1;
+  }
+  __syncthreads();
+  return *s_fail == 0;
+}
+
+__device__ __forceinline__ char* hp_slot(const CommArgs& a, int dst, int par, int src, int b) {
+  return a.stage[dst] + ((u64)((par * a.nranks + src) * HPCCL_MAX_BLOCKS + b)) * a.slot;
+}
+
+// ---- datatypes and reductions --------------------------------------------------------------------------
+// dtype ids (hpccl/kernels.py DTYPE_IDS): 0 int8, 1 uint8, 2 int32, 3 uint32, 4 int64, 5 uint64,
+// 6 float16, 7 bfloat16, 8 float32, 9 float64.  op ids: 0 sum, 1 prod, 2 min, 3 max, 4 avg.
+__device__ __forceinline__ float hp_h2f(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ unsigned short hp_f2h(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float hp_bf2f(unsigned short h) { return __uint_as_float(((u32)h) << 16); }
+__device__ __forceinline__ unsigned short hp_f2bf(float f) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+template <typename S, typename A, typename U, int KIND>
+struct DtBase {
+  typedef S T;    // storage
+  typedef A Acc;  // accumulation
+  typedef U UT;   // unsigned twin for wrapping integer arithmetic
+  static const int kind = KIND;  // 0 integer, 1 float/double, 2 half, 3 bfloat16
+};
+
+template <int DT> struct Dt;
+template <> struct Dt<0> : DtBase<signed char, signed char, unsigned char, 0> {};
+template <> struct Dt<1> : DtBase<unsigned char, unsigned char, unsigned char, 0> {};
+template <> struct Dt<2> : DtBase<int, int, u32, 0> {};
+template <> struct Dt<3> : DtBase<u32, u32, u32, 0> {};
+template <> struct Dt<4> : DtBase<long long, long long, u64, 0> {};
+template <> struct Dt<5> : DtBase<u64, u64, u64, 0> {};
+template <> struct Dt<6> : DtBase<unsigned short, float, unsigned short, 2> {};
+template <> struct Dt<7> : DtBase<unsigned short, float, unsigned short, 3> {};
+template <> struct Dt<8> : DtBase<float, float, u32, 1> {};
+template <> struct Dt<9> : DtBase<double, double, u64, 1> {};
+
+template <int DT>
+__device__ __forceinline__ typename Dt<DT>::Acc hp_load(typename Dt<DT>::T x) {
+  if (Dt<DT>::kind == 2) return (typename Dt<DT>::Acc)hp_h2f((unsigned short)x);
+  if (Dt<DT>::kind == 3) return (typename Dt<DT>::Acc)hp_bf2f((unsigned short)x);
+  return (typename Dt<DT>::Acc)x;
+}
+
+template <int DT>
+__device__ __forceinline__ typename Dt<DT>::T hp_store(typename Dt<DT>::Acc x) {
+  if (Dt<DT>::kind == 2) return (typename Dt<DT>::T)hp_f2h((float)x);
+  if (Dt<DT>::kind == 3) return (typename Dt<DT>::T)hp_f2bf((float)x);
+  return (typename Dt<DT>::T)x;
+}
+
+template <int DT, int OP>
+__device__ __forceinline__ typename Dt<DT>::Acc hp_op(typename Dt<DT>::Acc a, typename Dt<DT>::Acc b) {
+  typedef typename Dt<DT>::Acc A;
+  typedef typename Dt<DT>::UT U;
+  if (OP == 0 || OP == 4) {
+    if (Dt<DT>::kind == 0) return (A)(U)((U)a + (U)b);  // wraps like numpy
+    return a + b;
+  }
+  if (OP == 1) {
+    if (Dt<DT>::kind == 0) return (A)(U)((U)a * (U)b);
+    return a * b;
+  }
+  if (OP == 2) return (a != a || a < b) ? a : b;  // NaN propagates like numpy.minimum
+  return (a != a || a > b) ? a : b;
+}
+
+template <int DT, int OP>
+__device__ __forceinline__ typename Dt<DT>::Acc hp_finish(typename Dt<DT>::Acc a, int nranks) {
+  if (OP == 4) return a / (typename Dt<DT>::Acc)nranks;
+  return a;
+}
+
+// 16 bytes as elements
+template <int DT>
+union Vec16 {
+  uint4 v;
+  typename Dt<DT>::T e[16 / sizeof(typename Dt<DT>::T)];
+};

@@ -1,0 +1,35 @@
+"""One rank skips a collective: the others must fail within HPCCL_TIMEOUT naming it, never hang."""
+import json
+import sys
+import time
+
+import numpy as np
+
+import hpccl
+from hpccl import config
+
+comm = hpccl.init()
+n, r = comm.size, comm.rank
+skipper = n - 1
+algo = sys.argv[1] if len(sys.argv) > 1 else ""
+if algo:
+    comm._tuner.force("all_reduce", algo)
+comm.all_reduce(np.ones(1000))  # collective #1: everyone
+result = {"rank": r}
+if r == skipper:
+    time.sleep(config.get("HPCCL_TIMEOUT") + 2)
+else:
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(np.ones(1 << 16))  # collective #2: the skipper never comes
+        result["error"] = None
+    except hpccl.HpcclError as exc:
+        result.update(error=type(exc).__name__, message=str(exc), code=exc.code,
+                      missing=getattr(exc, "missing", None))
+    result["seconds"] = time.monotonic() - t0
+    try:
+        comm.all_reduce(np.ones(3))
+    except hpccl.HpcclInvalidUsage as exc:
+        result["after"] = str(exc)
+print("RESULT " + json.dumps(result), flush=True)
+comm.destroy()

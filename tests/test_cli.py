@@ -1,0 +1,47 @@
+"""hpccl-perf and hpccl-info end to end under mpiexec."""
+from __future__ import annotations
+
+import json
+
+from conftest import run_mpi
+
+
+def test_perf_sweep_checks_every_collective(tmp_path):
+    js, png = tmp_path / "r.json", tmp_path / "r.png"
+    proc = run_mpi(3, ["-m", "hpccl.cli.perf", "all", "-b", "8", "-e", "256K", "-f", "8", "--check",
+                       "--compare", "mpi", "--json", str(js), "--plot", str(png), "-n", "3"], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    out = proc.stdout
+    assert "# Out of bounds values : 0 OK" in out
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
+        assert f"# {coll}" in out
+    data = json.loads(js.read_text())
+    assert data["ranks"] == 3
+    rows = data["results"]
+    assert {r["coll"] for r in rows} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                                          "all_to_all"}
+    assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows)
+    assert any("mpi" in r["baselines"] for r in rows)
+    assert png.stat().st_size > 10_000
+
+
+def test_perf_algo_sweep_and_bfloat16():
+    proc = run_mpi(2, ["-m", "hpccl.cli.perf", "all_reduce", "-b", "1K", "-e", "64K", "-f", "16", "-d",
+                       "bfloat16", "-o", "avg", "--check", "--algo", "ring,tree,rd,oneshot,twoshot"], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for algo in ("ring", "tree", "rd", "oneshot", "twoshot"):
+        assert f"all_reduce algo {algo}" in proc.stdout
+    assert "Out of bounds values : 0 OK" in proc.stdout
+
+
+def test_perf_rejects_bad_root():
+    proc = run_mpi(2, ["-m", "hpccl.cli.perf", "broadcast", "-r", "5"], timeout=120)
+    assert proc.returncode == 2 and "--root 5" in proc.stdout
+
+
+def test_info_prints_config_and_topology():
+    proc = run_mpi(2, ["-m", "hpccl.cli.info"], env={"HPCCL_TIMEOUT": "17", "HPCCL_NODE_ID": "split:1"},
+                   timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    assert "HPCCL_TIMEOUT" in proc.stdout and "17.0" in proc.stdout and "[env]" in proc.stdout
+    assert "ranks 2, nodes 2" in proc.stdout

@@ -1,0 +1,94 @@
+"""Single-process checks of the pieces: config registry, ops, node map, cost model, perf workloads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpccl import config
+from hpccl.algorithms import ALGORITHMS
+from hpccl.algorithms.parts import offsets
+from hpccl.cli.workloads import expected, fill, workload, wrong
+from hpccl.errors import HpcclInvalidArgument
+from hpccl.ops import AVG, DTYPES, SUM, as_op, check_op_dtype
+from hpccl.topology.nodes import detect_nodes, node_name
+from hpccl.tuning import MODELS, Tuner
+
+
+def test_config_parses_sizes_and_rejects_garbage(monkeypatch):
+    monkeypatch.setenv("HPCCL_SHM_SLOT_SIZE", "64K")
+    assert config.get("HPCCL_SHM_SLOT_SIZE") == 65536
+    monkeypatch.setenv("HPCCL_SHM_DIRECT_SIZE", "2MiB")
+    assert config.get("HPCCL_SHM_DIRECT_SIZE") == 2 << 20
+    monkeypatch.setenv("HPCCL_TIMEOUT", "soon")
+    with pytest.raises(HpcclInvalidArgument, match="HPCCL_TIMEOUT"):
+        config.get("HPCCL_TIMEOUT")
+    monkeypatch.setenv("HPCCL_DEBUG", "loud")
+    with pytest.raises(HpcclInvalidArgument, match="HPCCL_DEBUG"):
+        config.get("HPCCL_DEBUG")
+
+
+def test_every_param_documented_and_sourced(monkeypatch):
+    monkeypatch.setenv("HPCCL_SPIN", "7")
+    rows = {name: (value, source, doc) for name, value, source, doc in config.describe()}
+    assert rows["HPCCL_SPIN"][:2] == (7, "env")
+    assert rows["HPCCL_TIMEOUT"][1] == "default"
+    assert all(doc and name.startswith("HPCCL_") for name, (_, _, doc) in rows.items())
+
+
+def test_ops_and_dtypes():
+    assert as_op("MAX").value == "max"
+    with pytest.raises(HpcclInvalidArgument):
+        as_op(3)
+    check_op_dtype(AVG, DTYPES["bfloat16"])
+    with pytest.raises(HpcclInvalidArgument):
+        check_op_dtype(AVG, DTYPES["uint8"])
+    assert len(DTYPES) == 10
+
+
+def test_offsets_cover_exactly():
+    for count in (0, 1, 7, 1001):
+        for n in (1, 2, 3, 4):
+            off = offsets(count, n)
+            assert off[0] == 0 and off[-1] == count and all(b >= a for a, b in zip(off, off[1:]))
+            assert max(b - a for a, b in zip(off, off[1:])) - min(b - a for a, b in zip(off, off[1:])) <= 1
+
+
+def test_node_map(monkeypatch):
+    m = detect_nodes(["b", "a", "b", "a"])
+    assert m.num_nodes == 2 and m.ranks_on(0) == [0, 2] and m.local_rank(3) == 1 and m.leaders() == [0, 1]
+    monkeypatch.setenv("HPCCL_NODE_ID", "split:2")
+    assert [node_name(r) for r in range(4)] == ["node0", "node0", "node1", "node1"]
+    assert node_name(0, "x") == "x"
+
+
+def test_cost_model_shapes():
+    t = Tuner("shm", 4, 4)
+    # latency-bound: a one-pass window algorithm beats the 6-step ring at 8 bytes
+    assert t.choose("all_reduce", 8, ["ring", "oneshot", "twoshot", "tree", "rd"]) in ("oneshot", "twoshot")
+    # bandwidth-bound at 256 MiB: never the whole-buffer tree or recursive doubling
+    assert t.choose("all_reduce", 256 << 20, ["ring", "tree", "rd"]) == "ring"
+    assert set(MODELS) == set(ALGORITHMS)
+    for coll, algos in ALGORITHMS.items():
+        assert set(algos) <= set(MODELS[coll]), coll
+
+
+def test_override(monkeypatch):
+    monkeypatch.setenv("HPCCL_ALGO", "all_reduce:tree,broadcast:ring")
+    t = Tuner("shm", 3, 3)
+    assert t.choose("all_reduce", 1 << 20, ["ring", "tree"]) == "tree"
+    assert t.choose("broadcast", 8, ["tree", "ring", "direct"]) == "ring"
+    t.force("all_reduce", None)
+    assert t.choose("all_reduce", 256 << 20, ["ring", "tree"]) == "ring"
+
+
+def test_workload_reference_and_wrong():
+    wl = workload("reduce_scatter", 1000, 4, 3)
+    assert wl.count % 3 == 0 and wl.recv_count == wl.count // 3 and wl.busbw_factor == pytest.approx(2 / 3)
+    dt = np.dtype(np.float32)
+    want = expected(wl, dt, SUM, 3, 1, 0)
+    full = sum(fill(wl.count, dt, q, SUM).astype(np.float64) for q in range(3)).astype(dt)
+    assert np.array_equal(want, full[wl.recv_count:2 * wl.recv_count])
+    got = want.copy()
+    assert wrong(got, want, SUM) == 0
+    got[3] += 1
+    assert wrong(got, want, SUM) == 1
