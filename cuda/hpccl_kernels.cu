@@ -73,42 +73,43 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
   typedef typename D::T T;
   typedef typename D::Acc A;
   const int EV = 16 / sizeof(T);
+  const int RU = (EV >= 16) ? 1 : ((EV == 8) ? 2 : HP_UNROLL);  // vectors in flight per thread
   const int t = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
   const int n = a.nranks;
   u64 nvec = a.aligned ? len / 16 : 0;
   u64 i = t;
-  for (; i + (HP_UNROLL - 1) * nt < nvec; i += HP_UNROLL * nt) {
-    A acc[HP_UNROLL][EV];
+  for (; i + (RU - 1) * nt < nvec; i += RU * nt) {
+    A acc[RU][EV];
     for (int s = 0; s < n; ++s) {
       const uint4* sp = (const uint4*)((s == a.rank) ? own : hp_slot(a, a.rank, par, s, b) + soff);
-      Vec16<DT> x[HP_UNROLL];
+      Vec16<DT> x[RU];
 #pragma unroll
-      for (int k = 0; k < HP_UNROLL; ++k) x[k].v = sp[i + k * nt];
+      for (int k = 0; k < RU; ++k) x[k].v = sp[i + k * nt];
       if (s == 0) {
 #pragma unroll
-        for (int k = 0; k < HP_UNROLL; ++k)
+        for (int k = 0; k < RU; ++k)
 #pragma unroll
           for (int e = 0; e < EV; ++e) acc[k][e] = hp_load<DT>(x[k].e[e]);
       } else {
 #pragma unroll
-        for (int k = 0; k < HP_UNROLL; ++k)
+        for (int k = 0; k < RU; ++k)
 #pragma unroll
           for (int e = 0; e < EV; ++e) acc[k][e] = hp_op<DT, OP>(acc[k][e], hp_load<DT>(x[k].e[e]));
       }
     }
-    Vec16<DT> y[HP_UNROLL];
+    Vec16<DT> y[RU];
 #pragma unroll
-    for (int k = 0; k < HP_UNROLL; ++k)
+    for (int k = 0; k < RU; ++k)
 #pragma unroll
       for (int e = 0; e < EV; ++e) y[k].e[e] = hp_store<DT>(hp_finish<DT, OP>(acc[k][e], n));
 #pragma unroll
-    for (int k = 0; k < HP_UNROLL; ++k) ((uint4*)dst)[i + k * nt] = y[k].v;
+    for (int k = 0; k < RU; ++k) ((uint4*)dst)[i + k * nt] = y[k].v;
     if (fwd_par >= 0) {
       for (int p = 0; p < n; ++p) {
         if (p == a.rank) continue;
         uint4* fp = (uint4*)(hp_slot(a, p, fwd_par, a.rank, b) + soff);
 #pragma unroll
-        for (int k = 0; k < HP_UNROLL; ++k) fp[i + k * nt] = y[k].v;
+        for (int k = 0; k < RU; ++k) fp[i + k * nt] = y[k].v;
       }
     }
   }

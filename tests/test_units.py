@@ -92,3 +92,10 @@ def test_workload_reference_and_wrong():
     assert wrong(got, want, SUM) == 0
     got[3] += 1
     assert wrong(got, want, SUM) == 1
+
+
+def test_readme_documents_every_variable():
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    missing = [name for name in config.PARAMS if name not in readme]
+    assert missing == []

@@ -93,7 +93,7 @@ class LocalSlurm:
             f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool",
             f"SlurmctldPidFile={self.pidfiles['slurmctld']}", f"SlurmdPidFile={self.pidfiles['slurmd']}",
             f"SlurmctldLogFile={d}/slurmctld.log", f"SlurmdLogFile={d}/slurmd.log",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/affinity",
             "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
             "SelectType=select/linear", "MpiDefault=none", "ReturnToService=2", "MailProg=/bin/true",
             "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0", "KillWait=5",
