@@ -195,3 +195,8 @@ union Vec16 {
   uint4 v;
   typename Dt<DT>::T e[16 / sizeof(typename Dt<DT>::T)];
 };
+
+// hpccl/kernels.py mirrors these structs with ctypes; sizes must agree.
+static_assert(sizeof(CommArgs) == 224, "CommArgs layout changed: update hpccl/kernels.py");
+static_assert(sizeof(P2POp) == 32, "P2POp layout changed: update hpccl/kernels.py");
+static_assert(sizeof(P2PArgs) == 744, "P2PArgs layout changed: update hpccl/kernels.py");

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
@@ -70,7 +71,10 @@ class Communicator:
         self._path = "shm" if shm is not None and self.num_nodes == 1 else (
             "mpi" if self.size > 1 and net is not None and net.name == "mpi" else getattr(net, "name", "shm"))
         window = shm.window() if (shm is not None and self.num_nodes == 1) else None
-        self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), config.get("HPCCL_SPIN"),
+        spin = config.get("HPCCL_SPIN")
+        if self.local_size > (os.cpu_count() or 1):
+            spin = min(spin, 50)  # oversubscribed: a spinning rank would burn the core its peer needs
+        self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), spin,
                               [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted, self._on_fail)
         self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
         from .tuning import Tuner
@@ -164,6 +168,8 @@ class Communicator:
         for sub in self._sub.values():
             sub.destroy()
         self._sub = {}
+        self._prim.window_views.clear()  # numpy views pin the mappings; drop them first
+        self._prim._scratch.clear()
         for t in self._transports:
             t.close()
         self._transports = []

@@ -65,7 +65,8 @@ _param("HPCCL_SHM_SLOTS", 4, int, "Slots per point-to-point channel (how far a s
 _param("HPCCL_SHM_DIRECT_SIZE", 8 << 20, _size,
        "Bytes per rank of the directly mapped shared-memory window used by one-shot/direct algorithms.")
 _param("HPCCL_SPIN", 2000, int,
-       "Polls of a flag before a waiting rank starts yielding its core (then sleeping briefly).")
+       "Polls of a flag before a waiting rank starts yielding its core (then sleeping briefly); "
+       "capped at 50 when a node has more ranks than cores.")
 _param("HPCCL_NODE_ID", "", str,
        "Override node detection: ranks with the same value share a node (for tests and odd systems).")
 _param("HPCCL_TUNING_FILE", "", str,

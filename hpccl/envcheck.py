@@ -37,8 +37,9 @@ def check_shm(shm_bytes_needed: int, local_size: int, path: str = SHM_PATH) -> L
     total = st.f_blocks * st.f_frsize
     free = st.f_bavail * st.f_frsize
     if total < need:
+        gib = max(1, -(-need * 5 // 4) >> 30)  # need + 25% headroom, in whole GiB, at least 1
         return [f"{path} is {_fmt(total)} but hpccl needs {_fmt(need)} for {local_size} local rank(s) "
-                f"x {_fmt(int(shm_bytes_needed))}: run the container with --shm-size=1g (or larger) or "
+                f"x {_fmt(int(shm_bytes_needed))}: run the container with --shm-size={gib}g or "
                 f"--ipc=host (Docker's default is 64 MiB), or lower HPCCL_SHM_SLOT_SIZE/HPCCL_SHM_SLOTS/"
                 f"HPCCL_SHM_DIRECT_SIZE"]
     if free < need:

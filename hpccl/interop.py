@@ -15,6 +15,8 @@ HOST, CUDA = "host", "cuda"
 
 def memory_kind(obj: Any) -> str:
     """'cuda' for objects exposing __cuda_array_interface__ (CuPy, Numba) or CUDA torch tensors."""
+    if type(obj) is np.ndarray:
+        return HOST
     if hasattr(obj, "__cuda_array_interface__"):
         return CUDA
     if type(obj).__module__.startswith("torch") and getattr(obj, "is_cuda", False):

@@ -27,6 +27,7 @@ class Primitives:
         self.waiter = waiter
         self.mem = memory
         self._scratch: Dict[int, np.ndarray] = {}
+        self.window_views: Dict[tuple, List[np.ndarray]] = {}
 
     def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
         """Run these sends and receives concurrently and return when all are complete.

@@ -27,8 +27,16 @@ def _chunks(p: Primitives, count: int, itemsize: int, blocks: int = 1) -> Iterat
 
 
 def _views(p: Primitives, base: int, e: int, dtype: np.dtype) -> List[np.ndarray]:
-    nb = e * dtype.itemsize
-    return [p.window.buffer(q)[base:base + nb].view(dtype) for q in range(p.size)]
+    """Every rank's window as ``e`` elements of dtype from byte ``base`` (cached: hot for small calls)."""
+    key = (base, e, dtype)
+    cache = p.window_views
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) > 512:
+            cache.clear()
+        nb = e * dtype.itemsize
+        hit = cache[key] = [p.window.buffer(q)[base:base + nb].view(dtype) for q in range(p.size)]
+    return hit
 
 
 def _reduce_all(p: Primitives, out: np.ndarray, views: List[np.ndarray], op: ReduceOp) -> None:

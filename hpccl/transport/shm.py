@@ -192,26 +192,30 @@ class ShmWindow(Window):
         self._bufs = {r: transport._segs[r].u8[lay.win_off:lay.win_off + lay.window]
                       for r in transport.ranks}
         self.phase = 0  # which half the next direct chunk uses; persists across calls
+        self._peers: Optional[List[tuple]] = None
+        self._me = None
 
     def buffer(self, rank: int) -> np.ndarray:
         return self._bufs[rank]
 
     def barrier(self, wait: Callable[[Callable[[], bool], List[int]], None]) -> None:
-        t = self._t
-        me = t._segs[t.rank].q
+        if self._peers is None:
+            t = self._t
+            self._me = t._segs[t.rank].q
+            self._peers = [(r, t._segs[r].q) for r in t.ranks if r != t.rank]
+        me = self._me
         gen = me[_I_BARRIER] + 1
         me[_I_BARRIER] = gen
-        peers = [r for r in t.ranks if r != t.rank]
-        qs = [t._segs[r].q for r in peers]
+        peers = self._peers
 
         def ready() -> bool:
-            for q in qs:
+            for _, q in peers:
                 if q[_I_BARRIER] < gen:
                     return False
             return True
 
         if not ready():
-            wait(ready, [r for r, q in zip(peers, qs) if q[_I_BARRIER] < gen])
+            wait(ready, [r for r, q in peers if q[_I_BARRIER] < gen])
 
 
 class ShmTransport(Transport):

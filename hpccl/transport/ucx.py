@@ -1,0 +1,314 @@
+"""UCX between nodes, over ucxx's low-level (non-asyncio) API.
+
+One UCX context and worker per communicator. Workers' addresses are exchanged through the MPI bootstrap,
+endpoints are created from them, and messages are tagged sends/receives:
+
+    tag = sender rank << 40 | per-pair sequence number
+
+so each (sender, receiver) pair is its own in-order stream no matter how UCX schedules lanes, and two
+communicators never see each other's messages (each has its own worker). Progress is driven by hpccl:
+``Request.test()`` calls ``worker.progress()``; there is no progress thread.
+
+Host buffers go to UCX as uint8 views; CUDA buffers (``__cuda_array_interface__``) are handed to UCX as
+they are, so UCX moves them itself (cuda_copy, cuda_ipc, GPU-Direct RDMA) with no staging in hpccl.
+
+UCX_TLS and UCX_NET_DEVICES are UCX's own and are respected; HPCCL_UCX_TLS fills in UCX_TLS when that is
+unset (or empty). Set-up is collective and fails on every rank at once (never a hang): a UCX_NET_DEVICES
+entry that names no usable device, or a peer that no transport can reach, raises an error naming the
+device, the ranks and the variables to check.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .. import config, log
+from ..errors import HpcclEnvironmentError, HpcclError, HpcclRemoteError, HpcclSystemError
+from ..ops import UFUNC, ReduceOp
+from .base import Request, Transport
+
+
+def _import_ucxx():
+    """Import ucxx without letting it rewrite this process's environment for everyone else.
+
+    ucxx's __init__ sets UCX_MEMTYPE_CACHE (unknown to UCX 1.20: a warning on every rank),
+    UCX_RNDV_THRESH and UCX_RNDV_FRAG_MEM_TYPE in os.environ; hpccl takes them back out, so MPI or
+    other UCX users started later see the environment the user set."""
+    before = dict(os.environ)
+    try:
+        import ucxx._lib.libucxx as api
+        from ucxx._lib.arr import Array
+    except ImportError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a broken install (missing libucx, symbol clash) is "not available"
+        raise ImportError(f"ucxx failed to import: {type(exc).__name__}: {exc}") from exc
+    finally:
+        for k in [k for k in os.environ if k not in before]:
+            del os.environ[k]
+        for k, v in before.items():
+            if os.environ.get(k) != v:
+                os.environ[k] = v
+    return api, Array
+
+
+_api, _Array = _import_ucxx()
+
+_RANK_SHIFT = 40
+_SEQ_MASK = (1 << _RANK_SHIFT) - 1
+_MAX_RANKS = 1 << (64 - _RANK_SHIFT)
+#: transports whose endpoints support UCX's peer-failure handling; with only these (plus self) in
+#: UCX_TLS, endpoints are created with error handling on, so a dead peer fails a request cleanly.
+#: Shared-memory and CUDA transports (sm, posix, sysv, cma, knem, xpmem, cuda_ipc) lack it: with them
+#: (or UCX_TLS unset) error handling is off, or UCX would silently drop them.
+_EH_SAFE = re.compile(r"^(self|tcp|ib|rc|rc_[a-z0-9]+|dc|dc_[a-z0-9]+|ud|ud_[a-z0-9]+|sockcm|rdmacm)$")
+_RESOURCE = re.compile(r"resource\s+\d+\s*:.*?--\s*(\S+)/(\S+)")
+
+
+def _tls() -> str:
+    """The UCX_TLS hpccl's worker will use ('' = UCX's default, all transports)."""
+    env = os.environ.get("UCX_TLS")
+    if env:
+        return env
+    return config.get("HPCCL_UCX_TLS")
+
+
+def _error_handling(tls: str) -> bool:
+    names = [t.strip().lower() for t in tls.split(",") if t.strip()]
+    if not names or names[0].startswith("^") or "all" in names:
+        return False
+    return all(_EH_SAFE.match(n) for n in names)
+
+
+def _os_devices() -> List[str]:
+    """Network interfaces and InfiniBand ports this host has (for error messages)."""
+    out: List[str] = []
+    try:
+        out += sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        pass
+    try:
+        for hca in sorted(os.listdir("/sys/class/infiniband")):
+            for port in sorted(os.listdir(f"/sys/class/infiniband/{hca}/ports")):
+                out.append(f"{hca}:{port}")
+    except OSError:
+        pass
+    return out
+
+
+def _device_problem(info: str) -> Optional[str]:
+    """Why UCX_NET_DEVICES cannot work on this rank (None if it can), from the context's resource list."""
+    want = os.environ.get("UCX_NET_DEVICES", "").strip()
+    if not want or want.lower() == "all":
+        return None
+    resources = _RESOURCE.findall(info)
+    have = {dev for _tl, dev in resources}
+    net = sorted({f"{tl}/{dev}" for tl, dev in resources if tl != "self" and dev != "memory"})
+    missing = [d for d in (x.strip() for x in want.split(",")) if d and d not in have]
+    if not missing:
+        return None
+    present = ", ".join(_os_devices()) or "none found"
+    if not net:
+        return (f"UCX_NET_DEVICES={want}: no usable network device ({', '.join(missing)} not found or not "
+                f"usable with UCX_TLS={_tls() or '<unset>'}); this host has: {present}")
+    log.warn("TRANSPORT", "UCX_NET_DEVICES names %s, which UCX cannot use here (host has: %s); using %s",
+             ", ".join(missing), present, ", ".join(net))
+    return None
+
+
+class _UcxRequest(Request):
+    __slots__ = ("peer", "req", "t", "buf", "tmp", "op", "done")
+
+    def __init__(self, t: "UcxTransport", peer: int, req: Any, buf: Any, tmp: Any,
+                 op: Optional[ReduceOp]) -> None:
+        self.t, self.peer, self.req, self.buf, self.tmp, self.op = t, peer, req, buf, tmp, op
+        self.done = False
+
+    def test(self) -> bool:
+        if self.done:
+            return True
+        req = self.req
+        if not req.completed:
+            self.t._worker.progress()
+            if not req.completed:
+                return False
+        try:
+            req.check_error()
+        except Exception as exc:  # noqa: BLE001 - UCXError subclasses
+            raise self.t._failed(self.peer, exc) from None
+        if self.op is not None:
+            UFUNC[self.op](self.buf, self.tmp, out=self.buf)
+            self.t._give_back(self.tmp)
+        self.done = True
+        self.req = self.tmp = None
+        return True
+
+
+class UcxTransport(Transport):
+    """Tagged UCX messages to every other rank of the communicator (built collectively)."""
+
+    name = "ucx"
+
+    def __init__(self, bootstrap: Any, rank: int) -> None:
+        self.rank, self.size = rank, bootstrap.size
+        if self.size > _MAX_RANKS:
+            raise HpcclEnvironmentError(f"the UCX transport supports up to {_MAX_RANKS} ranks")
+        self._boot = bootstrap
+        self._ctx = self._worker = None
+        self._eps: Dict[int, Any] = {}
+        self._send_seq = [0] * self.size
+        self._recv_seq = [0] * self.size
+        self._pool: Dict[tuple, List[np.ndarray]] = {}
+        self._closed = False
+        t0 = time.perf_counter()
+        tls = _tls()
+        self.tls = tls or "all"
+        self.error_handling = _error_handling(tls)
+
+        problem: Optional[str] = None
+        address = b""
+        try:
+            cfg = {"TLS": tls} if tls and os.environ.get("UCX_TLS") != tls else {}
+            self._ctx = _api.UCXContext(cfg, feature_flags=(_api.Feature.TAG,))
+            problem = _device_problem(self._ctx.info)
+            if problem is None:
+                self._worker = _api.UCXWorker(self._ctx, enable_delayed_submission=False,
+                                              enable_python_future=False)
+                address = bytes(self._worker.address)
+        except Exception as exc:  # noqa: BLE001 - UCXError, UCXConfigError...
+            problem = f"UCX set-up failed: {type(exc).__name__}: {exc} (UCX_TLS={self.tls}, " \
+                      f"UCX_NET_DEVICES={os.environ.get('UCX_NET_DEVICES', '<unset>')})"
+        self._collective_check(problem, HpcclEnvironmentError)
+
+        self._addresses = bootstrap.allgather(address)
+        self._wireup()
+        log.info("TRANSPORT", "ucx: rank %d/%d, UCX_TLS=%s, error handling %s, ready in %.3fs", rank,
+                 self.size, self.tls, "on" if self.error_handling else "off", time.perf_counter() - t0)
+
+    # ----- set-up ------------------------------------------------------------------------------------
+    def _collective_check(self, problem: Optional[str], kind: type) -> None:
+        """Every rank raises if any rank found a problem, so nobody waits for a peer that gave up."""
+        problems = self._boot.allgather(problem)
+        bad = [(r, p) for r, p in enumerate(problems) if p]
+        if bad:
+            self.close()
+            ranks = [r for r, _ in bad]
+            raise kind(f"UCX transport on rank(s) {ranks}: {bad[0][1]}")
+
+    def _ep(self, peer: int) -> Any:
+        """The endpoint to ``peer``, created on first use (a rank talks to few peers in rings and trees)."""
+        ep = self._eps.get(peer)
+        if ep is None:
+            try:
+                addr = _api.UCXAddress.create_from_buffer(self._addresses[peer])
+                ep = _api.UCXEndpoint.create_from_worker_address(self._worker, addr, self.error_handling)
+            except Exception as exc:  # noqa: BLE001 - UCXError kinds
+                raise HpcclSystemError(
+                    f"cannot reach rank {peer} over UCX: {type(exc).__name__}: {exc} (UCX_TLS={self.tls}, "
+                    f"UCX_NET_DEVICES={os.environ.get('UCX_NET_DEVICES', '<unset>')}; both sides need a "
+                    "transport in common)") from None
+            self._eps[peer] = ep
+        return ep
+
+    def _wireup(self) -> None:
+        """One byte each way with both ring neighbours, under a deadline: a path that connects but cannot
+        carry data (firewall, wrong interface) fails at init, on every rank, not in the first collective.
+        Other endpoints are created on first use."""
+        peers = sorted({(self.rank + 1) % self.size, (self.rank - 1) % self.size} - {self.rank})
+        if not peers:
+            return
+        one = np.zeros(len(peers), dtype=np.uint8)
+        got = np.ones(len(peers), dtype=np.uint8)
+        reqs: List[Request] = []
+        problem = None
+        try:
+            for i, peer in enumerate(peers):
+                reqs.append(self.irecv(peer, got[i:i + 1], None))
+                reqs.append(self.isend(peer, one[i:i + 1]))
+        except HpcclSystemError as exc:
+            problem = exc.message
+            reqs = []
+        limit = min(60.0, config.get("HPCCL_TIMEOUT"))
+        deadline = time.monotonic() + limit
+        pending = reqs
+        try:
+            while pending:
+                pending = [r for r in pending if not r.test()]
+                if pending and time.monotonic() > deadline:
+                    problem = (f"no UCX traffic from/to rank(s) {sorted({r.peer for r in pending})} within "
+                               f"{limit:g}s "
+                               f"(UCX_TLS={self.tls}, UCX_NET_DEVICES="
+                               f"{os.environ.get('UCX_NET_DEVICES', '<unset>')})")
+                    break
+                if pending:
+                    time.sleep(0)
+        except HpcclError as exc:
+            problem = exc.message
+        self._collective_check(problem, HpcclSystemError)
+
+    # ----- data path ---------------------------------------------------------------------------------
+    @staticmethod
+    def _wire(buf: Any) -> Any:
+        if isinstance(buf, np.ndarray):
+            return _Array(buf.view(np.uint8))
+        return _Array(buf)  # a CUDA array: UCX moves device memory itself
+
+    def isend(self, peer: int, buf: Any) -> Request:
+        seq = self._send_seq[peer]
+        self._send_seq[peer] = seq + 1
+        tag = _api.UCXXTag((self.rank << _RANK_SHIFT) | (seq & _SEQ_MASK))
+        req = self._ep(peer).tag_send(self._wire(buf), tag)
+        return _UcxRequest(self, peer, req, buf, None, None)
+
+    def irecv(self, peer: int, buf: Any, op: Optional[ReduceOp]) -> Request:
+        seq = self._recv_seq[peer]
+        self._recv_seq[peer] = seq + 1
+        tag = _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _SEQ_MASK))
+        tmp = None if op is None else self._take(buf)
+        req = self._ep(peer).tag_recv(self._wire(buf if tmp is None else tmp), tag, _api.UCXXTagMaskFull)
+        return _UcxRequest(self, peer, req, buf, tmp, op)
+
+    def _take(self, like: Any) -> Any:
+        """A receive buffer shaped like ``like`` (host: reused from a small pool; CUDA: its own library's)."""
+        if not isinstance(like, np.ndarray):
+            return np.empty_like(like)  # __array_function__: CuPy allocates on the device
+        free = self._pool.get((like.dtype.str, like.size))
+        return free.pop() if free else np.empty_like(like)
+
+    def _give_back(self, tmp: Any) -> None:
+        if isinstance(tmp, np.ndarray):
+            free = self._pool.setdefault((tmp.dtype.str, tmp.size), [])
+            if len(free) < 4:
+                free.append(tmp)
+
+    def _failed(self, peer: int, exc: Exception) -> Exception:
+        text = f"UCX transfer with rank {peer} failed: {type(exc).__name__}: {exc}"
+        if "reset" in str(exc).lower() or "unreachable" in str(exc).lower() or "Endpoint" in type(exc).__name__:
+            return HpcclRemoteError(text + " (the peer may have died)")
+        return HpcclSystemError(text)
+
+    # ----- life cycle --------------------------------------------------------------------------------
+    def abort(self) -> None:
+        pass  # peers see closed endpoints (with error handling) or time out naming this rank
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        worker, eps = self._worker, list(self._eps.values())
+        self._eps = {}
+        self._pool = {}
+        if worker is not None:
+            try:
+                worker.cancel_inflight_requests()
+            except Exception:  # noqa: BLE001
+                pass
+        # Endpoints are not closed one by one: ucxx's ep.close() followed by progress can crash (SIGSEGV)
+        # when the peer's close arrives at the same time; dropping the references lets ucxx tear them
+        # down with the worker.
+        del eps
+        self._worker = None
+        self._ctx = None
