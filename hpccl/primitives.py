@@ -13,7 +13,7 @@ from .progress import Waiter
 from .transport.base import Request, Transport, Window
 
 Send = Tuple[int, np.ndarray]
-Recv = Tuple[int, np.ndarray, Optional[ReduceOp]]
+Recv = Tuple  # (peer, buf, op) or (peer, buf, op, src): with src, buf = src op incoming
 
 
 class Primitives:
@@ -32,19 +32,21 @@ class Primitives:
     def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
         """Run these sends and receives concurrently and return when all are complete.
 
-        A receive with an op reduces into its buffer (buf = buf op incoming). Messages to self are matched
-        in order with receives from self."""
+        A receive with an op reduces into its buffer: buf = buf op incoming, or src op incoming when the
+        receive names a src (saves copying src into buf first). Messages to self are matched in order
+        with receives from self."""
         pending: List[Request] = []
         self_sends = [b for p, b in sends if p == self.rank]
-        for peer, buf, op in recvs:
+        for peer, buf, op, *rest in recvs:
+            src = rest[0] if rest else None
             if peer == self.rank:
-                src = self_sends.pop(0)
+                incoming = self_sends.pop(0)
                 if op is None:
-                    self.mem.copy(buf, src)
+                    self.mem.copy(buf, incoming)
                 else:
-                    self.mem.reduce(buf, buf, src, op)
+                    self.mem.reduce(buf, buf if src is None else src, incoming, op)
             else:
-                pending.append(self._transport_of[peer].irecv(peer, buf, op))
+                pending.append(self._transport_of[peer].irecv(peer, buf, op, src))
         for peer, buf in sends:
             if peer != self.rank:
                 pending.append(self._transport_of[peer].isend(peer, buf))

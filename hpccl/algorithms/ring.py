@@ -11,22 +11,25 @@ _PIECE = 1 << 20  # bytes per pipelined broadcast piece
 
 
 def all_reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
-    if send is not recv:
-        p.copy(recv, send)
+    """Out of place costs no extra pass: each chunk's first reduction reads sendbuf and writes recvbuf."""
     n, r = p.size, p.rank
     if n == 1:
+        if send is not recv:
+            p.copy(recv, send)
         return
     off = offsets(recv.size, n)
     right, left = (r + 1) % n, (r - 1) % n
 
-    def chunk(i: int) -> np.ndarray:
+    def chunk(buf: np.ndarray, i: int) -> np.ndarray:
         i %= n
-        return recv[off[i]:off[i + 1]]
+        return buf[off[i]:off[i + 1]]
 
     for s in range(n - 1):  # reduce-scatter: rank r ends owning chunk r+1
-        p.exchange([(right, chunk(r - s))], [(left, chunk(r - s - 1), op)])
+        out = chunk(send, r) if s == 0 else chunk(recv, r - s)
+        c = r - s - 1
+        p.exchange([(right, out)], [(left, chunk(recv, c), op, chunk(send, c))])
     for s in range(n - 1):  # all-gather
-        p.exchange([(right, chunk(r + 1 - s))], [(left, chunk(r - s), None)])
+        p.exchange([(right, chunk(recv, r + 1 - s))], [(left, chunk(recv, r - s), None)])
 
 
 def all_gather(p: Primitives, send: np.ndarray, recv: np.ndarray) -> None:
@@ -52,8 +55,7 @@ def reduce_scatter(p: Primitives, send: np.ndarray, recv: np.ndarray, op: Reduce
     for s in range(n - 1):
         target_chunk = r - s - 2
         acc = recv if s == n - 2 else bufs[s % 2]
-        p.copy(acc, blk(target_chunk))
-        p.exchange([(right, outgoing)], [(left, acc, op)])
+        p.exchange([(right, outgoing)], [(left, acc, op, blk(target_chunk))])
         outgoing = acc
 
 

@@ -43,8 +43,9 @@ class Transport(ABC):
         """Post a send of ``buf`` (1-D, contiguous); the caller keeps it alive until the request completes."""
 
     @abstractmethod
-    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp]) -> Request:
-        """Post a receive into ``buf``; with ``op``, reduce the incoming data into ``buf`` instead of copying."""
+    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp],
+              src: Optional[np.ndarray] = None) -> Request:
+        """Post a receive into ``buf``; with ``op``, buf = (src if given, else buf) op incoming."""
 
     def window(self) -> Optional[Window]:
         """A directly mapped window shared by all ranks of the communicator, when the transport has one."""

@@ -115,11 +115,12 @@ class _Channel:
 
 
 class _ShmRequest(Request):
-    __slots__ = ("peer", "done", "u8", "typed", "op", "off", "chan", "send", "transport")
+    __slots__ = ("peer", "done", "u8", "typed", "op", "off", "chan", "send", "transport", "src")
 
     def __init__(self, transport: "ShmTransport", peer: int, buf: np.ndarray, op: Optional[ReduceOp],
-                 send: bool) -> None:
+                 send: bool, src: Optional[np.ndarray] = None) -> None:
         self.transport, self.peer, self.send, self.op = transport, peer, send, op
+        self.src = buf if src is None else src
         self.typed = buf
         self.u8 = buf.view(np.uint8)
         self.off = 0
@@ -171,8 +172,8 @@ class _ShmRequest(Request):
                     self.u8[self.off:end] = src
                 else:
                     isz = self.typed.itemsize
-                    dst = self.typed[self.off // isz:end // isz]
-                    UFUNC[self.op](dst, src.view(self.typed.dtype), out=dst)
+                    e0, e1 = self.off // isz, end // isz
+                    UFUNC[self.op](self.src[e0:e1], src.view(self.typed.dtype), out=self.typed[e0:e1])
             self.off = end
             tail += 1
             q[c.tail] = tail
@@ -272,8 +273,9 @@ class ShmTransport(Transport):
     def isend(self, peer: int, buf: np.ndarray) -> Request:
         return _ShmRequest(self, peer, buf, None, send=True)
 
-    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp]) -> Request:
-        return _ShmRequest(self, peer, buf, op, send=False)
+    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp],
+              src: Optional[np.ndarray] = None) -> Request:
+        return _ShmRequest(self, peer, buf, op, send=False, src=src)
 
     def window(self) -> Optional[Window]:
         return self._window
