@@ -58,16 +58,26 @@ def all_reduce_oneshot(p: Primitives, send: np.ndarray, recv: np.ndarray, op: Re
 
 
 def all_reduce_twoshot(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
+    """Stage all but this rank's own stripe (which it reduces straight from sendbuf), reduce the own
+    stripe across every window, publish it, then copy every stripe out."""
     n, r = p.size, p.rank
     for c0, e, base in _chunks(p, send.size, send.itemsize):
         views = _views(p, base, e, send.dtype)
-        p.copy(views[r], send[c0:c0 + e])
-        p.barrier_window()
         so = offsets(e, n)
-        mine = views[r][so[r]:so[r + 1]]
+        a, b = so[r], so[r + 1]
+        chunk = send[c0:c0 + e]
+        if a:
+            p.copy(views[r][:a], chunk[:a])
+        if b < e:
+            p.copy(views[r][b:], chunk[b:])
+        p.barrier_window()
+        mine, acc = views[r][a:b], chunk[a:b]
         for q in range(n):
             if q != r:
-                p.reduce(mine, mine, views[q][so[r]:so[r + 1]], op)
+                p.reduce(mine, acc, views[q][a:b], op)
+                acc = mine
+        if acc is not mine:
+            p.copy(mine, acc)
         p.barrier_window()
         out = recv[c0:c0 + e]
         for q in range(n):

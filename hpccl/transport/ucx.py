@@ -60,6 +60,7 @@ _api, _Array = _import_ucxx()
 _RANK_SHIFT = 40
 _SEQ_MASK = (1 << _RANK_SHIFT) - 1
 _MAX_RANKS = 1 << (64 - _RANK_SHIFT)
+_FULL = _api.UCXXTagMaskFull
 #: transports whose endpoints support UCX's peer-failure handling; with only these (plus self) in
 #: UCX_TLS, endpoints are created with error handling on, so a dead peer fails a request cleanly.
 #: Shared-memory and CUDA transports (sm, posix, sysv, cma, knem, xpmem, cuda_ipc) lack it: with them
@@ -120,11 +121,13 @@ def _device_problem(info: str) -> Optional[str]:
 
 
 class _UcxRequest(Request):
-    __slots__ = ("peer", "req", "t", "buf", "tmp", "op", "done")
+    __slots__ = ("peer", "req", "t", "buf", "tmp", "op", "done", "worker", "src")
 
     def __init__(self, t: "UcxTransport", peer: int, req: Any, buf: Any, tmp: Any,
-                 op: Optional[ReduceOp]) -> None:
+                 op: Optional[ReduceOp], src: Any = None) -> None:
         self.t, self.peer, self.req, self.buf, self.tmp, self.op = t, peer, req, buf, tmp, op
+        self.src = buf if src is None else src
+        self.worker = t._worker
         self.done = False
 
     def test(self) -> bool:
@@ -132,7 +135,7 @@ class _UcxRequest(Request):
             return True
         req = self.req
         if not req.completed:
-            self.t._worker.progress()
+            self.worker.progress()
             if not req.completed:
                 return False
         try:
@@ -140,10 +143,10 @@ class _UcxRequest(Request):
         except Exception as exc:  # noqa: BLE001 - UCXError subclasses
             raise self.t._failed(self.peer, exc) from None
         if self.op is not None:
-            UFUNC[self.op](self.buf, self.tmp, out=self.buf)
+            UFUNC[self.op](self.src, self.tmp, out=self.buf)
             self.t._give_back(self.tmp)
         self.done = True
-        self.req = self.tmp = None
+        self.req = self.tmp = self.src = None
         return True
 
 
@@ -163,6 +166,7 @@ class UcxTransport(Transport):
         self._recv_seq = [0] * self.size
         self._pool: Dict[tuple, List[np.ndarray]] = {}
         self._closed = False
+        self._tag_base = rank << _RANK_SHIFT
         t0 = time.perf_counter()
         tls = _tls()
         self.tls = tls or "all"
@@ -252,24 +256,29 @@ class UcxTransport(Transport):
     # ----- data path ---------------------------------------------------------------------------------
     @staticmethod
     def _wire(buf: Any) -> Any:
-        if isinstance(buf, np.ndarray):
+        """ucxx's view of a buffer: numpy arrays directly (as bytes when ucxx does not know the dtype, e.g.
+        bfloat16); CUDA arrays as they are, so UCX moves device memory itself."""
+        try:
+            return _Array(buf)
+        except ValueError:
             return _Array(buf.view(np.uint8))
-        return _Array(buf)  # a CUDA array: UCX moves device memory itself
 
     def isend(self, peer: int, buf: Any) -> Request:
         seq = self._send_seq[peer]
         self._send_seq[peer] = seq + 1
-        tag = _api.UCXXTag((self.rank << _RANK_SHIFT) | (seq & _SEQ_MASK))
-        req = self._ep(peer).tag_send(self._wire(buf), tag)
+        ep = self._eps.get(peer) or self._ep(peer)
+        req = ep.tag_send(self._wire(buf), _api.UCXXTag(self._tag_base | (seq & _SEQ_MASK)))
         return _UcxRequest(self, peer, req, buf, None, None)
 
-    def irecv(self, peer: int, buf: Any, op: Optional[ReduceOp]) -> Request:
+    def irecv(self, peer: int, buf: Any, op: Optional[ReduceOp], src: Any = None) -> Request:
+        """Receive into ``buf``; with ``op``, into a scratch buffer, then buf = (src or buf) op incoming."""
         seq = self._recv_seq[peer]
         self._recv_seq[peer] = seq + 1
-        tag = _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _SEQ_MASK))
+        ep = self._eps.get(peer) or self._ep(peer)
         tmp = None if op is None else self._take(buf)
-        req = self._ep(peer).tag_recv(self._wire(buf if tmp is None else tmp), tag, _api.UCXXTagMaskFull)
-        return _UcxRequest(self, peer, req, buf, tmp, op)
+        req = ep.tag_recv(self._wire(buf if tmp is None else tmp),
+                          _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _SEQ_MASK)), _FULL)
+        return _UcxRequest(self, peer, req, buf, tmp, op, src)
 
     def _take(self, like: Any) -> Any:
         """A receive buffer shaped like ``like`` (host: reused from a small pool; CUDA: its own library's)."""
