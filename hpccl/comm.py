@@ -44,6 +44,8 @@ class Communicator:
         self._sub: Dict[str, "Communicator"] = {}
         self._node_override = node_id
         self._cuda: Any = None
+        self._eligible: Dict[str, List[str]] = {}
+        self._trace = log.tracing()
 
         names = self._boot.allgather(node_name(self._boot.world_rank, node_id))
         self.nodes: NodeMap = detect_nodes(names)
@@ -227,13 +229,16 @@ class Communicator:
         return flat, obj
 
     # ----- running ---------------------------------------------------------------------------------
-    def _algo(self, coll: str, nbytes: int):
-        table = ALGORITHMS[coll]
-        names = [a for a, spec in table.items() if not spec.needs_window or self._prim.window is not None]
-        if self.num_nodes > 1 and hier.supports(self, coll):
-            names.append("hier")
-        name = self._tuner.choose(coll, nbytes, names)
-        return name
+    def algorithms(self, coll: str) -> List[str]:
+        """The algorithms this communicator can run for ``coll`` (window ones need one shm node)."""
+        names = self._eligible.get(coll)
+        if names is None:
+            names = [a for a, spec in ALGORITHMS[coll].items()
+                     if not spec.needs_window or self._prim.window is not None]
+            if self.num_nodes > 1 and hier.supports(self, coll):
+                names.append("hier")
+            self._eligible[coll] = names
+        return names
 
     def _run(self, coll: str, fn: Callable[[], None]) -> None:
         self._seq += 1
@@ -253,8 +258,8 @@ class Communicator:
             self._run(coll, fn)
 
     def _dispatch(self, coll: str, nbytes: int, *args: Any) -> None:
-        algo = self._algo(coll, nbytes)
-        if log.tracing():
+        algo = self._tuner.choose(coll, nbytes, self.algorithms(coll))
+        if self._trace:
             log.trace("COLL", "%s #%d %d B algo %s", coll, self._seq, nbytes, algo)
         if algo == "hier":
             hier.run(self, coll, *args)

@@ -46,7 +46,7 @@ def host_view(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray]:
         raise HpcclInvalidArgument(name, "buffer is not C-contiguous; pass a contiguous array "
                                          "(np.ascontiguousarray) so results can be written in place")
     check_dtype(arr.dtype, name)
-    return arr.reshape(-1), arr
+    return (arr if arr.ndim == 1 else arr.reshape(-1)), arr
 
 
 def writable(flat: np.ndarray, name: str) -> None:

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, which
+from deployutil import REPO, which
 
 C = REPO / "containers"
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, VENV_BIN, apt_ensure, tool_env
+from deployutil import REPO, VENV_BIN, apt_ensure, tool_env
 
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 

@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, which
+from deployutil import REPO, which
 
 SCRIPTS = sorted([*REPO.glob("slurm/*.sbatch"), *REPO.glob("slurm/*.sh"), *REPO.glob("scripts/deploy/*.sh"),
                   *REPO.glob("containers/*.sh")])

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import REPO, VENV_BIN, apt_ensure, dpkg_installed, hpccl_importable, which
+from deployutil import REPO, VENV_BIN, apt_ensure, dpkg_installed, hpccl_importable, which
 from perfparse import parse, wrong_rows
 from slurmlocal import BINARIES, PACKAGES, LocalSlurm
 

@@ -8,9 +8,7 @@ import sys
 import types
 
 import pytest
-import yaml_free_parse as yp
-
-from conftest import REPO
+from deployutil import REPO
 
 SPACK = REPO / "spack"
 PACKAGES = {"py-hpccl": "PyHpccl", "py-ucxx": "PyUcxx", "libucxx": "Libucxx"}
@@ -111,12 +109,21 @@ def test_py_hpccl_directives():
 
 def test_repo_layouts():
     """v1: spack/repo.yaml + packages/<name>; v2: spack/spack_repo/hpccl (api v2.0) + module-named dirs."""
-    assert yp.value(SPACK / "repo.yaml", "namespace") == "hpccl"
+    assert repo_yaml(SPACK / "repo.yaml", "namespace") == "hpccl"
     v2 = SPACK / "spack_repo" / "hpccl"
-    assert yp.value(v2 / "repo.yaml", "api") == "v2.0"
+    assert repo_yaml(v2 / "repo.yaml", "api") == "v2.0"
     for pkg in PACKAGES:
         link = v2 / "packages" / pkg.replace("-", "_")
         assert link.is_dir() and (link / "package.py").samefile(SPACK / "packages" / pkg / "package.py")
+
+
+def repo_yaml(path, key):
+    """'key: value' from a flat repo.yaml, without PyYAML."""
+    for line in open(path):
+        k, _, v = line.strip().partition(":")
+        if k == key:
+            return v.strip().strip("'\"")
+    return None
 
 
 def spack_command():

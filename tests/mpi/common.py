@@ -43,10 +43,10 @@ def close(got: np.ndarray, want: np.ndarray, op: ReduceOp) -> bool:
 
 
 def algorithms(comm: hpccl.Communicator, coll: str) -> List[str]:
-    """Every algorithm this communicator can run for coll (window ones need a single shared-memory node)."""
-    names = [a for a, s in ALGORITHMS[coll].items() if not s.needs_window or comm._prim.window is not None]
-    if comm.num_nodes > 1 and hier.supports(comm, coll):
-        names.append("hier")
+    """Every algorithm this communicator can run for coll, checked against the table itself."""
+    names = comm.algorithms(coll)
+    assert set(names) - {"hier"} <= set(ALGORITHMS[coll])
+    assert ("hier" in names) == (comm.num_nodes > 1 and hier.supports(comm, coll))
     return names
 
 
