@@ -76,16 +76,33 @@ __device__ __forceinline__ u64 hp_globaltimer() {
   return t;
 }
 
+// Peer pointers, copied from the kernel parameters into shared memory once per block (indexing the
+// parameter arrays with a run-time rank would make the compiler copy the whole struct to local memory).
+struct Ctx {
+  char* stage[HPCCL_MAX_RANKS];
+  u32* flags[HPCCL_MAX_RANKS];
+};
+
+__device__ __forceinline__ void hp_load_ctx(Ctx& c, const CommArgs& a) {
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < HPCCL_MAX_RANKS; ++i) {
+      c.stage[i] = a.stage[i];
+      c.flags[i] = a.flags[i];
+    }
+  }
+}
+
 // Wait until *p has reached v (wrapping compare); false on timeout or when another wait already failed.
-__device__ __noinline__ bool hp_wait_geq(const u32* p, u32 v, const CommArgs& a) {
+__device__ __forceinline__ bool hp_wait_geq(const u32* p, u32 v, u32* err, u64 timeout_ns) {
   if ((int)(hp_ld_acquire(p) - v) >= 0) return true;
   u64 t0 = hp_globaltimer();
   u32 it = 0;
   while ((int)(hp_ld_acquire(p) - v) < 0) {
     if ((++it & 1023u) == 0) {
-      if (*(volatile u32*)a.err != 0u) return false;
-      if (hp_globaltimer() - t0 > a.timeout_ns) {
-        atomicExch_system(a.err, HPCCL_ERR_TIMEOUT);
+      if (*(volatile u32*)err != 0u) return false;
+      if (hp_globaltimer() - t0 > timeout_ns) {
+        atomicExch_system(err, HPCCL_ERR_TIMEOUT);
         return false;
       }
     }
@@ -96,21 +113,22 @@ __device__ __noinline__ bool hp_wait_geq(const u32* p, u32 v, const CommArgs& a)
 // One synchronisation step of block b among all ranks: after this block's writes into peers' slots,
 // tell every peer (flag [rank][b] in its area := gen), then wait for every peer's flag [p][b] in ours.
 // Returns false (for every thread of the block) when a wait failed.
-__device__ __forceinline__ bool hp_step_sync(const CommArgs& a, u32 gen, int* s_fail) {
+__device__ __forceinline__ bool hp_step_sync(const CommArgs& a, const Ctx& c, u32 gen, int* s_fail) {
   const int b = blockIdx.x;
   const int t = threadIdx.x;
   __syncthreads();  // every thread's stores of this step are issued
   if (t < a.nranks && t != a.rank) {
     __threadfence_system();
-    hp_st_release(a.flags[t] + HPCCL_FL_COLL + a.rank * HPCCL_MAX_BLOCKS + b, gen);
-    if (!hp_wait_geq(a.flags[a.rank] + HPCCL_FL_COLL + t * HPCCL_MAX_BLOCKS + b, gen, a)) *s_fail = 1;
+    hp_st_release(c.flags[t] + HPCCL_FL_COLL + a.rank * HPCCL_MAX_BLOCKS + b, gen);
+    if (!hp_wait_geq(c.flags[a.rank] + HPCCL_FL_COLL + t * HPCCL_MAX_BLOCKS + b, gen, a.err, a.timeout_ns))
+      *s_fail = 1;
   }
   __syncthreads();
   return *s_fail == 0;
 }
 
-__device__ __forceinline__ char* hp_slot(const CommArgs& a, int dst, int par, int src, int b) {
-  return a.stage[dst] + ((u64)((par * a.nranks + src) * HPCCL_MAX_BLOCKS + b)) * a.slot;
+__device__ __forceinline__ char* hp_slot(const CommArgs& a, const Ctx& c, int dst, int par, int src, int b) {
+  return c.stage[dst] + ((u64)((par * a.nranks + src) * HPCCL_MAX_BLOCKS + b)) * a.slot;
 }
 
 // ---- datatypes and reductions --------------------------------------------------------------------------

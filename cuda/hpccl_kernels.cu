@@ -31,10 +31,10 @@ __device__ __forceinline__ void hp_copy(char* dst, const char* src, u64 len, int
 }
 
 // The same source to every peer's slot [par][rank][b] (all-reduce, all-gather, broadcast): read once.
-__device__ __forceinline__ void hp_push_all(const CommArgs& a, int par, const char* src, u64 len) {
+__device__ __forceinline__ void hp_push_all(const CommArgs& a, const Ctx& c, int par, const char* src, u64 len) {
   const int t = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
   if (a.nranks == 2) {
-    hp_copy(hp_slot(a, a.rank ^ 1, par, a.rank, b), src, len, a.aligned);
+    hp_copy(hp_slot(a, c, a.rank ^ 1, par, a.rank, b), src, len, a.aligned);
     return;
   }
   u64 nvec = a.aligned ? len / 16 : 0;
@@ -46,7 +46,7 @@ __device__ __forceinline__ void hp_push_all(const CommArgs& a, int par, const ch
     for (int k = 0; k < HP_UNROLL; ++k) v[k] = s[i + k * nt];
     for (int p = 0; p < a.nranks; ++p) {
       if (p == a.rank) continue;
-      uint4* d = (uint4*)hp_slot(a, p, par, a.rank, b);
+      uint4* d = (uint4*)hp_slot(a, c, p, par, a.rank, b);
 #pragma unroll
       for (int k = 0; k < HP_UNROLL; ++k) d[i + k * nt] = v[k];
     }
@@ -54,12 +54,12 @@ __device__ __forceinline__ void hp_push_all(const CommArgs& a, int par, const ch
   for (; i < nvec; i += nt) {
     uint4 v = s[i];
     for (int p = 0; p < a.nranks; ++p)
-      if (p != a.rank) ((uint4*)hp_slot(a, p, par, a.rank, b))[i] = v;
+      if (p != a.rank) ((uint4*)hp_slot(a, c, p, par, a.rank, b))[i] = v;
   }
   for (u64 j = nvec * 16 + t; j < len; j += nt) {
-    char c = src[j];
+    const char ch = src[j];
     for (int p = 0; p < a.nranks; ++p)
-      if (p != a.rank) hp_slot(a, p, par, a.rank, b)[j] = c;
+      if (p != a.rank) hp_slot(a, c, p, par, a.rank, b)[j] = ch;
   }
 }
 
@@ -67,7 +67,7 @@ __device__ __forceinline__ void hp_push_all(const CommArgs& a, int par, const ch
 // src s is `own` for s == rank, else this rank's slot [par][s][b] at byte offset soff. The result goes
 // to dst, and, when fwd_par >= 0, also to every peer's slot [fwd_par][rank][b] (two-shot's gather).
 template <int DT, int OP>
-__device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff, const char* own, char* dst,
+__device__ __forceinline__ void hp_reduce_n(const CommArgs& a, const Ctx& c, int par, u64 soff, const char* own, char* dst,
                                             u64 len, int fwd_par) {
   typedef Dt<DT> D;
   typedef typename D::T T;
@@ -81,7 +81,7 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
   for (; i + (RU - 1) * nt < nvec; i += RU * nt) {
     A acc[RU][EV];
     for (int s = 0; s < n; ++s) {
-      const uint4* sp = (const uint4*)((s == a.rank) ? own : hp_slot(a, a.rank, par, s, b) + soff);
+      const uint4* sp = (const uint4*)((s == a.rank) ? own : hp_slot(a, c, a.rank, par, s, b) + soff);
       Vec16<DT> x[RU];
 #pragma unroll
       for (int k = 0; k < RU; ++k) x[k].v = sp[i + k * nt];
@@ -107,7 +107,7 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
     if (fwd_par >= 0) {
       for (int p = 0; p < n; ++p) {
         if (p == a.rank) continue;
-        uint4* fp = (uint4*)(hp_slot(a, p, fwd_par, a.rank, b) + soff);
+        uint4* fp = (uint4*)(hp_slot(a, c, p, fwd_par, a.rank, b) + soff);
 #pragma unroll
         for (int k = 0; k < RU; ++k) fp[i + k * nt] = y[k].v;
       }
@@ -116,7 +116,7 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
   for (; i < nvec; i += nt) {
     A acc[EV];
     for (int s = 0; s < n; ++s) {
-      const uint4* sp = (const uint4*)((s == a.rank) ? own : hp_slot(a, a.rank, par, s, b) + soff);
+      const uint4* sp = (const uint4*)((s == a.rank) ? own : hp_slot(a, c, a.rank, par, s, b) + soff);
       Vec16<DT> x;
       x.v = sp[i];
 #pragma unroll
@@ -128,13 +128,13 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
     ((uint4*)dst)[i] = y.v;
     if (fwd_par >= 0)
       for (int p = 0; p < n; ++p)
-        if (p != a.rank) ((uint4*)(hp_slot(a, p, fwd_par, a.rank, b) + soff))[i] = y.v;
+        if (p != a.rank) ((uint4*)(hp_slot(a, c, p, fwd_par, a.rank, b) + soff))[i] = y.v;
   }
   const u64 ne = len / sizeof(T);
   for (u64 j = nvec * EV + t; j < ne; j += nt) {
     A acc = (A)0;
     for (int s = 0; s < n; ++s) {
-      const T* sp = (const T*)((s == a.rank) ? own : hp_slot(a, a.rank, par, s, b) + soff);
+      const T* sp = (const T*)((s == a.rank) ? own : hp_slot(a, c, a.rank, par, s, b) + soff);
       A v = hp_load<DT>(sp[j]);
       acc = (s == 0) ? v : hp_op<DT, OP>(acc, v);
     }
@@ -142,7 +142,7 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
     ((T*)dst)[j] = y;
     if (fwd_par >= 0)
       for (int p = 0; p < n; ++p)
-        if (p != a.rank) ((T*)(hp_slot(a, p, fwd_par, a.rank, b) + soff))[j] = y;
+        if (p != a.rank) ((T*)(hp_slot(a, c, p, fwd_par, a.rank, b) + soff))[j] = y;
   }
 }
 
@@ -150,7 +150,10 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, int par, u64 soff
 #define HP_PROLOGUE                                            \
   __shared__ int s_fail;                                       \
   __shared__ u32 s_base;                                       \
-  u32* ctr = a.flags[a.rank] + HPCCL_CTR_COLL + blockIdx.x;    \
+  __shared__ Ctx c;                                            \
+  hp_load_ctx(c, a);                                           \
+  __syncthreads();                                             \
+  u32* ctr = c.flags[a.rank] + HPCCL_CTR_COLL + blockIdx.x;    \
   if (threadIdx.x == 0) {                                      \
     s_fail = 0;                                                \
     s_base = *ctr;                                             \
@@ -175,16 +178,16 @@ __global__ void __launch_bounds__(512) hp_reduce_push(CommArgs a) {
     const u64 off = u * a.chunk;
     const u64 len = (a.nbytes - off < a.chunk) ? a.nbytes - off : a.chunk;
     if (a.root >= 0) {
-      if (a.rank != a.root) hp_copy(hp_slot(a, a.root, par, a.rank, b), a.send + off, len, a.aligned);
+      if (a.rank != a.root) hp_copy(hp_slot(a, c, a.root, par, a.rank, b), a.send + off, len, a.aligned);
     } else if (a.stride == 0) {
-      hp_push_all(a, par, a.send + off, len);
+      hp_push_all(a, c, par, a.send + off, len);
     } else {
       for (int p = 0; p < a.nranks; ++p)
-        if (p != a.rank) hp_copy(hp_slot(a, p, par, a.rank, b), a.send + p * a.stride + off, len, a.aligned);
+        if (p != a.rank) hp_copy(hp_slot(a, c, p, par, a.rank, b), a.send + p * a.stride + off, len, a.aligned);
     }
-    if (!hp_step_sync(a, gen, &s_fail)) return;
+    if (!hp_step_sync(a, c, gen, &s_fail)) return;
     if (a.root < 0 || a.rank == a.root)
-      hp_reduce_n<DT, OP>(a, par, 0, a.send + a.rank * a.stride + off, a.recv + off, len, -1);
+      hp_reduce_n<DT, OP>(a, c, par, 0, a.send + a.rank * a.stride + off, a.recv + off, len, -1);
   }
   HP_EPILOGUE
 }
@@ -207,21 +210,21 @@ __global__ void __launch_bounds__(512) hp_allreduce_twoshot(CommArgs a) {
       const u64 off = base + p * a.chunk;
       if (off >= a.nbytes) continue;
       const u64 len = (a.nbytes - off < a.chunk) ? a.nbytes - off : a.chunk;
-      hp_copy(hp_slot(a, p, parA, a.rank, b), a.send + off, len, a.aligned);
+      hp_copy(hp_slot(a, c, p, parA, a.rank, b), a.send + off, len, a.aligned);
     }
-    if (!hp_step_sync(a, genA, &s_fail)) return;
+    if (!hp_step_sync(a, c, genA, &s_fail)) return;
     const u64 moff = base + a.rank * a.chunk;
     if (moff < a.nbytes) {
       const u64 len = (a.nbytes - moff < a.chunk) ? a.nbytes - moff : a.chunk;
-      hp_reduce_n<DT, OP>(a, parA, 0, a.send + moff, a.recv + moff, len, parB);
+      hp_reduce_n<DT, OP>(a, c, parA, 0, a.send + moff, a.recv + moff, len, parB);
     }
-    if (!hp_step_sync(a, genB, &s_fail)) return;
+    if (!hp_step_sync(a, c, genB, &s_fail)) return;
     for (int s = 0; s < n; ++s) {
       if (s == a.rank) continue;
       const u64 off = base + s * a.chunk;
       if (off >= a.nbytes) continue;
       const u64 len = (a.nbytes - off < a.chunk) ? a.nbytes - off : a.chunk;
-      hp_copy(a.recv + off, hp_slot(a, a.rank, parB, s, b), len, a.aligned);
+      hp_copy(a.recv + off, hp_slot(a, c, a.rank, parB, s, b), len, a.aligned);
     }
   }
   HP_EPILOGUE
@@ -239,20 +242,20 @@ extern "C" __global__ void __launch_bounds__(512) hp_copy_push(CommArgs a, u64 r
     const u64 off = u * a.chunk;
     const u64 len = (a.nbytes - off < a.chunk) ? a.nbytes - off : a.chunk;
     if (a.root >= 0) {
-      if (a.rank == a.root) hp_push_all(a, par, a.send + off, len);
+      if (a.rank == a.root) hp_push_all(a, c, par, a.send + off, len);
     } else if (a.stride == 0) {
-      hp_push_all(a, par, a.send + off, len);
+      hp_push_all(a, c, par, a.send + off, len);
     } else {
       for (int p = 0; p < a.nranks; ++p)
-        if (p != a.rank) hp_copy(hp_slot(a, p, par, a.rank, b), a.send + p * a.stride + off, len, a.aligned);
+        if (p != a.rank) hp_copy(hp_slot(a, c, p, par, a.rank, b), a.send + p * a.stride + off, len, a.aligned);
     }
-    if (!hp_step_sync(a, gen, &s_fail)) return;
+    if (!hp_step_sync(a, c, gen, &s_fail)) return;
     if (a.root >= 0) {
-      const char* src = (a.rank == a.root) ? a.send + off : hp_slot(a, a.rank, par, a.root, b);
+      const char* src = (a.rank == a.root) ? a.send + off : hp_slot(a, c, a.rank, par, a.root, b);
       if (a.recv + off != src) hp_copy(a.recv + off, src, len, a.aligned);
     } else {
       for (int s = 0; s < a.nranks; ++s) {
-        const char* src = (s == a.rank) ? a.send + s * a.stride + off : hp_slot(a, a.rank, par, s, b);
+        const char* src = (s == a.rank) ? a.send + s * a.stride + off : hp_slot(a, c, a.rank, par, s, b);
         char* dst = a.recv + s * rstride + off;
         if (dst != src) hp_copy(dst, src, len, a.aligned);
       }
@@ -265,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(512) hp_copy_push(CommArgs a, u64 r
 extern "C" __global__ void hp_barrier(CommArgs a) {
   HP_PROLOGUE
   ++gen;
-  if (!hp_step_sync(a, gen, &s_fail)) return;
+  if (!hp_step_sync(a, c, gen, &s_fail)) return;
   HP_EPILOGUE
 }
 
@@ -273,22 +276,30 @@ extern "C" __global__ void hp_barrier(CommArgs a) {
 // channels, each with two slots in the receiver's p2p area; the receiver acknowledges consumed steps.
 extern "C" __global__ void __launch_bounds__(512) hp_p2p(P2PArgs pa) {
   const CommArgs& a = pa.c;
-  __shared__ int s_op;
+  __shared__ P2POp s_opv;
+  __shared__ int s_found;
   __shared__ u32 s_base;
   __shared__ int s_fail;
+  __shared__ Ctx c;
   const int t = threadIdx.x;
+  hp_load_ctx(c, a);
   if (t == 0) {
-    s_op = -1;
-    for (int i = 0; i < pa.nops; ++i)
-      if ((int)blockIdx.x >= pa.ops[i].first_block && (int)blockIdx.x < pa.ops[i].first_block + pa.ops[i].nblocks)
-        s_op = i;
+    s_found = 0;
+    const int bid = blockIdx.x;
+#pragma unroll
+    for (int i = 0; i < HPCCL_MAX_P2P_OPS; ++i) {
+      if (i < pa.nops && bid >= pa.ops[i].first_block && bid < pa.ops[i].first_block + pa.ops[i].nblocks) {
+        s_opv = pa.ops[i];
+        s_found = 1;
+      }
+    }
   }
   __syncthreads();
-  if (s_op < 0) return;
-  const P2POp& op = pa.ops[s_op];
+  if (!s_found) return;
+  const P2POp op = s_opv;
   const int lb = blockIdx.x - op.first_block;
   const int peer = op.peer;
-  u32* ctr = a.flags[a.rank] + (op.is_send ? HPCCL_CTR_SEND : HPCCL_CTR_RECV) + peer * HPCCL_MAX_BLOCKS + lb;
+  u32* ctr = c.flags[a.rank] + (op.is_send ? HPCCL_CTR_SEND : HPCCL_CTR_RECV) + peer * HPCCL_MAX_BLOCKS + lb;
   if (t == 0) {
     s_base = *ctr;
     s_fail = 0;
@@ -304,26 +315,30 @@ extern "C" __global__ void __launch_bounds__(512) hp_p2p(P2PArgs pa) {
     const int par = k & 1;
     const u64 off = u * a.p2p_slot;
     const u64 len = (op.nbytes - off < a.p2p_slot) ? op.nbytes - off : a.p2p_slot;
-    char* slot = a.stage[dst] + a.p2p_off + ((u64)((src * HPCCL_MAX_BLOCKS + lb) * 2 + par)) * a.p2p_slot;
+    char* slot = c.stage[dst] + a.p2p_off + ((u64)((src * HPCCL_MAX_BLOCKS + lb) * 2 + par)) * a.p2p_slot;
     if (op.is_send) {
-      if (t == 0 && !hp_wait_geq(a.flags[a.rank] + HPCCL_FL_ACK + peer * HPCCL_MAX_BLOCKS + lb, k - 2u, a)) s_fail = 1;
+      if (t == 0 && !hp_wait_geq(c.flags[a.rank] + HPCCL_FL_ACK + peer * HPCCL_MAX_BLOCKS + lb, k - 2u, a.err,
+                                 a.timeout_ns))
+        s_fail = 1;
       __syncthreads();
       if (s_fail) return;
       hp_copy(slot, op.buf + off, len, aligned);
       __syncthreads();
       if (t == 0) {
         __threadfence_system();
-        hp_st_release(a.flags[peer] + HPCCL_FL_READY + a.rank * HPCCL_MAX_BLOCKS + lb, k);
+        hp_st_release(c.flags[peer] + HPCCL_FL_READY + a.rank * HPCCL_MAX_BLOCKS + lb, k);
       }
     } else {
-      if (t == 0 && !hp_wait_geq(a.flags[a.rank] + HPCCL_FL_READY + peer * HPCCL_MAX_BLOCKS + lb, k, a)) s_fail = 1;
+      if (t == 0 && !hp_wait_geq(c.flags[a.rank] + HPCCL_FL_READY + peer * HPCCL_MAX_BLOCKS + lb, k, a.err,
+                                 a.timeout_ns))
+        s_fail = 1;
       __syncthreads();
       if (s_fail) return;
       hp_copy(op.buf + off, slot, len, aligned);
       __syncthreads();
       if (t == 0) {
         __threadfence_system();
-        hp_st_release(a.flags[peer] + HPCCL_FL_ACK + a.rank * HPCCL_MAX_BLOCKS + lb, k);
+        hp_st_release(c.flags[peer] + HPCCL_FL_ACK + a.rank * HPCCL_MAX_BLOCKS + lb, k);
       }
     }
   }

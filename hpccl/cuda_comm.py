@@ -13,7 +13,6 @@ argument struct and calls cuLaunchKernel through ctypes (hpccl/kernels.py).
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import config, log

@@ -10,7 +10,7 @@ import ctypes
 import os
 import threading
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from .errors import HpcclSystemError, HpcclUnsupported
 

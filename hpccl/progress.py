@@ -7,6 +7,8 @@ from typing import Callable, List, Optional
 
 from .errors import HpcclRemoteError, HpcclTimeoutError
 
+YIELD_S = 2e-3  # seconds of yielding before a waiting rank starts to sleep
+
 
 class Waiter:
     """Shared by one communicator's primitives; knows the current collective for error messages."""
@@ -21,20 +23,26 @@ class Waiter:
         self.collective, self.seq = "idle", 0
 
     def wait(self, ready: Callable[[], bool], peers: List[int]) -> None:
-        """Return when ready() is true; raise HpcclTimeoutError / HpcclRemoteError instead of hanging."""
+        """Return when ready() is true; raise HpcclTimeoutError / HpcclRemoteError instead of hanging.
+
+        Spin first (cheapest when every rank has a core), then yield the core for up to YIELD_S (lets an
+        oversubscribed peer run at once), then sleep with growing naps so a long wait costs no CPU."""
         for _ in range(self.spin):
             if ready():
                 return
         start = time.monotonic()
         polls = 0
+        nap = 2e-5
         while not ready():
             polls += 1
-            if polls < 64:
+            if polls & 15:
                 os.sched_yield()
                 continue
-            time.sleep(2e-5 if polls < 2000 else 2e-4)
-            if polls % 32 == 0:
-                self._check(start, peers)
+            now = time.monotonic()
+            if now - start > YIELD_S:
+                time.sleep(nap)
+                nap = min(nap * 2, 1e-3)
+            self._check(start, peers)
 
     def _check(self, start: float, peers: List[int]) -> None:
         bad = self._peer_aborted()
