@@ -42,6 +42,14 @@ def _rd_steps(n: int) -> int:
     return _log2(pof2) + (2 if n > pof2 else 0)
 
 
+def _dbtree(P: "Path", N: float, n: int, s: float) -> float:
+    """2 phases x (depth + pieces) steps; each step moves one piece of each half (256 KiB pieces)."""
+    pieces = max(1.0, N / 2 / (256 << 10))
+    depth = math.ceil(math.log2(n + 1))
+    piece = N / 2 / pieces
+    return s * N * P.beta + 2 * (depth + pieces) * (P.alpha + s * 2 * piece * (2 * P.beta + P.red / 2))
+
+
 Model = Callable[[Path, float, int, float], float]
 
 #: collective -> algorithm -> t(path, bytes, ranks, cpu_share)
@@ -50,6 +58,7 @@ MODELS: Dict[str, Dict[str, Model]] = {
         "ring": lambda P, N, n, s: 2 * (n - 1) * (P.alpha + s * N / n * (2 * P.beta + P.red / 2)),
         "tree": lambda P, N, n, s: 2 * _log2(n) * (P.alpha + s * N * (2 * P.beta + P.red / 2)),
         "rd": lambda P, N, n, s: _rd_steps(n) * (P.alpha + s * N * (2 * P.beta + P.red)),
+        "dbtree": lambda P, N, n, s: _dbtree(P, N, n, s),
         "oneshot": lambda P, N, n, s: P.bar + s * N * (P.beta + (n - 1) * P.red),
         "twoshot": lambda P, N, n, s: 2 * P.bar + s * N * (2 * P.beta + (n - 1) / n * P.red),
     },

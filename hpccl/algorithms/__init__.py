@@ -24,6 +24,7 @@ def _table() -> Dict[str, Dict[str, Algorithm]]:
             A("ring", ring.all_reduce, "reduce-scatter + all-gather around a ring, pipelined in slots"),
             A("tree", tree.all_reduce, "binomial reduce to rank 0, then binomial broadcast"),
             A("rd", tree.rd_all_reduce, "recursive doubling on whole buffers (log2 n steps)"),
+            A("dbtree", tree.dbtree_all_reduce, "double binary tree, halves pipelined in pieces"),
             A("oneshot", direct.all_reduce_oneshot, "every rank reduces all windows itself", True),
             A("twoshot", direct.all_reduce_twoshot, "each rank reduces its stripe, all copy stripes", True),
         ]},

@@ -71,3 +71,62 @@ def rd_all_reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceO
         mask <<= 1
     if r < rem:
         p.send(r + pof2, recv)
+
+
+_PIECE = 256 << 10  # bytes per pipelined piece of a double binary tree
+
+
+def binary_tree(n: int, mirror: bool):
+    """parent/children of a balanced in-order binary tree over positions 0..n-1; the second tree of a
+    double binary tree maps position p to rank n-1-p (mirror) so most ranks are interior in only one."""
+    parent = [-1] * n
+    children = [[] for _ in range(n)]
+
+    def rank(pos: int) -> int:
+        return n - 1 - pos if mirror else pos
+
+    def build(lo: int, hi: int, par: int) -> None:
+        if lo >= hi:
+            return
+        mid = (lo + hi) // 2
+        r = rank(mid)
+        if par >= 0:
+            parent[r] = par
+            children[par].append(r)
+        build(lo, mid, r)
+        build(mid + 1, hi, r)
+
+    build(0, n, -1)
+    return parent, children
+
+
+def dbtree_all_reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
+    """Double binary tree: each half of the buffer is reduced up one tree and broadcast down it, both
+    trees at once, in pipelined pieces (NCCL's large-scale latency/bandwidth compromise)."""
+    if send is not recv:
+        p.copy(recv, send)
+    n, r = p.size, p.rank
+    if n == 1:
+        return
+    half = recv.size // 2
+    halves = [recv[:half], recv[half:]]
+    trees = [binary_tree(n, False), binary_tree(n, True)]
+    per = max(1, _PIECE // recv.itemsize)
+    pieces = [[h[i:i + per] for i in range(0, h.size, per)] or [h] for h in halves]
+    steps = max(len(ps) for ps in pieces) + 1
+    for phase in ("reduce", "bcast"):
+        for t in range(steps):
+            sends, recvs = [], []
+            for (parent, children), ps in zip(trees, pieces):
+                kids, par = children[r], parent[r]
+                if phase == "reduce":
+                    if t < len(ps):
+                        recvs += [(c, ps[t], op) for c in kids]
+                    if par >= 0 and 1 <= t <= len(ps):
+                        sends.append((par, ps[t - 1]))
+                else:
+                    if par >= 0 and t < len(ps):
+                        recvs.append((par, ps[t], None))
+                    if 1 <= t <= len(ps):
+                        sends += [(c, ps[t - 1]) for c in kids]
+            p.exchange(sends, recvs)
