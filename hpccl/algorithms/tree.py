@@ -100,33 +100,59 @@ def binary_tree(n: int, mirror: bool):
     return parent, children
 
 
+def _levels(parent, children):
+    """Height of each rank's subtree (leaf 0) and its depth (root 0)."""
+    n = len(parent)
+    height, depth = [0] * n, [0] * n
+
+    def h(r: int) -> int:
+        height[r] = 1 + max((h(c) for c in children[r]), default=-1)
+        return height[r]
+
+    root = parent.index(-1)
+    h(root)
+    stack = [root]
+    while stack:
+        r = stack.pop()
+        for c in children[r]:
+            depth[c] = depth[r] + 1
+            stack.append(c)
+    return height, depth
+
+
 def dbtree_all_reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
     """Double binary tree: each half of the buffer is reduced up one tree and broadcast down it, both
-    trees at once, in pipelined pieces (NCCL's large-scale latency/bandwidth compromise)."""
+    trees at once, in pipelined pieces (NCCL's large-scale latency/bandwidth compromise).
+
+    Step schedule: a rank sends piece k up at step k + height(rank) and down at step k + depth(rank), so
+    every send meets its receive in the same step on both sides and no step waits on a later one."""
     if send is not recv:
         p.copy(recv, send)
     n, r = p.size, p.rank
     if n == 1:
         return
     half = recv.size // 2
-    halves = [recv[:half], recv[half:]]
-    trees = [binary_tree(n, False), binary_tree(n, True)]
     per = max(1, _PIECE // recv.itemsize)
-    pieces = [[h[i:i + per] for i in range(0, h.size, per)] or [h] for h in halves]
-    steps = max(len(ps) for ps in pieces) + 1
+    plans = []
+    for mirror, h in ((False, recv[:half]), (True, recv[half:])):
+        parent, children = binary_tree(n, mirror)
+        height, depth = _levels(parent, children)
+        pieces = [h[i:i + per] for i in range(0, h.size, per)] or [h]
+        plans.append((parent, children, height, depth, pieces))
     for phase in ("reduce", "bcast"):
-        for t in range(steps):
+        last = max(len(pl[4]) + max(pl[2] if phase == "reduce" else pl[3]) for pl in plans)
+        for t in range(last + 1):
             sends, recvs = [], []
-            for (parent, children), ps in zip(trees, pieces):
-                kids, par = children[r], parent[r]
+            for parent, children, height, depth, ps in plans:
+                par, kids, P = parent[r], children[r], len(ps)
                 if phase == "reduce":
-                    if t < len(ps):
-                        recvs += [(c, ps[t], op) for c in kids]
-                    if par >= 0 and 1 <= t <= len(ps):
-                        sends.append((par, ps[t - 1]))
+                    recvs += [(c, ps[t - height[c]], op) for c in kids if 0 <= t - height[c] < P]
+                    if par >= 0 and 0 <= t - height[r] < P:
+                        sends.append((par, ps[t - height[r]]))
                 else:
-                    if par >= 0 and t < len(ps):
-                        recvs.append((par, ps[t], None))
-                    if 1 <= t <= len(ps):
-                        sends += [(c, ps[t - 1]) for c in kids]
-            p.exchange(sends, recvs)
+                    if par >= 0 and 0 <= t - depth[r] + 1 < P:
+                        recvs.append((par, ps[t - depth[r] + 1], None))
+                    if 0 <= t - depth[r] < P:
+                        sends += [(c, ps[t - depth[r]]) for c in kids]
+            if sends or recvs:
+                p.exchange(sends, recvs)
