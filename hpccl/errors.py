@@ -41,9 +41,10 @@ class HpcclTimeoutError(HpcclError, TimeoutError):
         self.seq = seq
         self.missing = sorted(set(missing))
         extra = f" ({detail})" if detail else ""
+        who = f"rank(s) {self.missing}" if self.missing else "rank(s) MPI cannot name"
         super().__init__(
-            f"{collective} #{seq} timed out after {timeout:g}s waiting for rank(s) "
-            f"{self.missing}{extra}; the communicator is now aborted")
+            f"{collective} #{seq} timed out after {timeout:g}s waiting for {who}{extra}; "
+            "the communicator is now aborted")
 
 
 class HpcclSystemError(HpcclError):

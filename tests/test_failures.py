@@ -42,3 +42,12 @@ def test_killed_rank_leaves_no_shared_memory():
     proc = run_mpi(3, ["tests/scripts/killed_rank.py"], timeout=120)
     assert proc.returncode != 0  # the launcher reports the killed rank
     assert shm_leftovers() == [], shm_leftovers()
+
+
+def test_rank_that_never_calls_init_gives_timeout_not_hang():
+    proc = run_mpi(3, ["tests/scripts/skip_init.py"], env={"HPCCL_TIMEOUT": "2"}, timeout=120)
+    rows = [row for row in results(proc.stdout) if row["rank"] != 2]
+    assert len(rows) == 2, proc.stdout[-3000:]
+    for row in rows:
+        assert row["error"] == "HpcclTimeoutError" and "bootstrap init" in row["message"], row
+        assert row["seconds"] < 5, row

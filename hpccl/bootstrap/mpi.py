@@ -1,9 +1,16 @@
-"""Bootstrap over an mpi4py communicator: small object exchange at set-up, never on the data path."""
+"""Bootstrap over an mpi4py communicator: small object exchange at set-up, never on the data path.
+
+Every exchange is point to point through rank 0 and polled against HPCCL_TIMEOUT, so a rank that
+never calls init or split produces an error naming it instead of a hang inside an MPI collective."""
 from __future__ import annotations
 
-from typing import Any, List, Optional
+import time
+from typing import Any, Dict, List, Optional
 
-from ..errors import HpcclInvalidArgument, HpcclSystemError
+from .. import config
+from ..errors import HpcclInvalidArgument, HpcclSystemError, HpcclTimeoutError
+
+_TAG_UP, _TAG_DOWN = 101, 102
 
 
 def _mpi():
@@ -17,7 +24,7 @@ def _mpi():
 class MpiBootstrap:
     """Owns a private duplicate of the user's MPI communicator so hpccl traffic never mixes with theirs."""
 
-    def __init__(self, mpi_comm: Optional[Any] = None) -> None:
+    def __init__(self, mpi_comm: Optional[Any] = None, what: str = "init") -> None:
         MPI = _mpi()
         if mpi_comm is None:
             mpi_comm = MPI.COMM_WORLD
@@ -25,24 +32,72 @@ class MpiBootstrap:
             raise HpcclInvalidArgument("mpi_comm", f"expected an mpi4py communicator, got {mpi_comm!r}")
         if mpi_comm.Is_inter():
             raise HpcclInvalidArgument("mpi_comm", "an intercommunicator cannot bootstrap hpccl")
-        self.comm = mpi_comm.Dup()
-        self.rank = self.comm.Get_rank()
-        self.size = self.comm.Get_size()
+        self.timeout = config.get("HPCCL_TIMEOUT")
+        self.rank = mpi_comm.Get_rank()
+        self.size = mpi_comm.Get_size()
         self.world_rank = MPI.COMM_WORLD.Get_rank()
+        self._seq = 0
+        self.comm, req = mpi_comm.Idup()
+        self._poll(lambda: req.Test(), what, None,
+                   "not every rank of the MPI communicator entered it (MPI_Comm_idup did not complete)")
 
-    def allgather(self, obj: Any) -> List[Any]:
-        return self.comm.allgather(obj)
+    def _poll(self, done, what: str, missing, detail: str = "") -> None:
+        start = time.monotonic()
+        polls = 0
+        while not done():
+            polls += 1
+            if polls < 200:
+                continue
+            if time.monotonic() - start > self.timeout:
+                raise HpcclTimeoutError(f"bootstrap {what}", self._seq,
+                                        missing() if missing else [], self.timeout, detail)
+            time.sleep(5e-5 if polls < 2000 else 5e-4)
+
+    def allgather(self, obj: Any, what: str = "allgather") -> List[Any]:
+        """Every rank's obj, in rank order; gathered at rank 0 and sent back, each step timed."""
+        self._seq += 1
+        c = self.comm
+        if self.rank == 0:
+            got: Dict[int, Any] = {0: obj}
+
+            def all_in() -> bool:
+                for src in range(1, self.size):
+                    if src not in got and c.iprobe(source=src, tag=_TAG_UP):
+                        got[src] = c.recv(source=src, tag=_TAG_UP)
+                return len(got) == self.size
+
+            self._poll(all_in, what, lambda: [r for r in range(self.size) if r not in got])
+            result = [got[r] for r in range(self.size)]
+            reqs = [c.isend(result, dest=r, tag=_TAG_DOWN) for r in range(1, self.size)]
+            self._poll(lambda: all(q.Test() for q in reqs), what, None, "a rank stopped receiving")
+            return result
+        req = c.isend(obj, dest=0, tag=_TAG_UP)
+        self._poll(lambda: c.iprobe(source=0, tag=_TAG_DOWN), what, lambda: [0],
+                   "rank 0 collects every rank's part; it or another rank has not arrived")
+        result = c.recv(source=0, tag=_TAG_DOWN)
+        req.Wait()
+        return result
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
-        return self.comm.bcast(obj, root=root)
+        return self.allgather(obj if self.rank == root else None, "bcast")[root]
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        self.allgather(None, "barrier")
 
-    def split(self, color: int, key: int) -> Any:
-        """A raw MPI communicator for the ranks of the same color, ordered by key."""
+    def split(self, color: Optional[int], key: int) -> Any:
+        """A raw MPI communicator for the ranks of the same color, ordered by (key, rank); COMM_NULL for
+        color None or < 0. Membership is agreed through the timed allgather first."""
         MPI = _mpi()
-        return self.comm.Split(MPI.UNDEFINED if color is None or color < 0 else color, key)
+        c = None if color is None or color < 0 else int(color)
+        table = self.allgather((c, key), "split")
+        if c is None:
+            return MPI.COMM_NULL
+        members = sorted((k, r) for r, (col, k) in enumerate(table) if col == c)
+        group = self.comm.Get_group().Incl([r for _, r in members])
+        try:
+            return self.comm.Create_group(group, tag=c % 32000)
+        finally:
+            group.Free()
 
     def close(self) -> None:
         if self.comm is not None:
