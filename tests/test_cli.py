@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import run_mpi
+from mpirun import run_mpi
 
 
 def test_perf_sweep_checks_every_collective(tmp_path):

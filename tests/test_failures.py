@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import results, run_mpi, shm_leftovers
+from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_snapshot
 
 
 @pytest.mark.parametrize("n,algo", [(2, ""), (3, "ring"), (4, "twoshot"), (3, "tree")])
@@ -39,13 +39,17 @@ def test_mpi_transport_timeout_names_the_awaited_rank():
 
 
 def test_killed_rank_leaves_no_shared_memory():
+    before = shm_snapshot()
     proc = run_mpi(3, ["tests/scripts/killed_rank.py"], timeout=120)
+    remove_mpi_leftovers(before)
     assert proc.returncode != 0  # the launcher reports the killed rank
     assert shm_leftovers() == [], shm_leftovers()
 
 
 def test_rank_that_never_calls_init_gives_timeout_not_hang():
+    before = shm_snapshot()
     proc = run_mpi(3, ["tests/scripts/skip_init.py"], env={"HPCCL_TIMEOUT": "2"}, timeout=120)
+    remove_mpi_leftovers(before)
     rows = [row for row in results(proc.stdout) if row["rank"] != 2]
     assert len(rows) == 2, proc.stdout[-3000:]
     for row in rows:

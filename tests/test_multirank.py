@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import run_mpi, shm_leftovers
+from mpirun import run_mpi, shm_leftovers
 
 SMALL = {"HPCCL_SHM_SLOT_SIZE": "4096", "HPCCL_SHM_SLOTS": "2", "HPCCL_SHM_DIRECT_SIZE": "16384"}
 

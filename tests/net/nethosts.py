@@ -120,7 +120,8 @@ def mpiexec() -> List[str]:
     if exe is None:
         pytest.fail("mpiexec not found: install an MPI (pip install mpich) before running the tests")
     cmd = [exe]
-    if "Open MPI" in subprocess.run([exe, "--version"], capture_output=True, text=True).stdout:
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version or "open-mpi" in version:  # 4.x says "(OpenRTE)"
         cmd += ["--oversubscribe"]
         if os.geteuid() == 0:
             cmd += ["--allow-run-as-root"]

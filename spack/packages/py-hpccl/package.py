@@ -20,6 +20,9 @@ class PyHpccl(PythonPackage, CudaPackage):
 
     version("main", branch="main")
 
+    # 'spack install --test=root' and 'spack test run' import these (no GPU or MPI job needed)
+    import_modules = ["hpccl", "hpccl.envcheck", "hpccl.cli.info"]
+
     variant("ucx", default=False, description="Inter-node transport over UCX (ucxx), GPUDirect RDMA")
 
     # GPU kernels are compiled by NVRTC at run time for the GPUs found, so cuda_arch only has to
@@ -55,8 +58,3 @@ class PyHpccl(PythonPackage, CudaPackage):
         if self.spec.satisfies("+ucx"):
             env.set("HPCCL_NET", "ucx")
             env.set("OMPI_MCA_pml", "ucx")
-
-    @run_after("install")
-    @on_package_attributes(run_tests=True)
-    def check_import(self):
-        python("-c", "import hpccl, hpccl.envcheck")

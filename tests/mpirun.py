@@ -1,4 +1,5 @@
-"""Shared helpers: launching a script or a pytest file under mpiexec with a bound on its time."""
+"""Shared test helpers: launching a script or a pytest file under mpiexec with a bound on its time,
+reading the records scripts print, and checking /dev/shm."""
 from __future__ import annotations
 
 import os
@@ -39,6 +40,22 @@ def run_mpi(n: int, args: List[str], env: Optional[Dict[str, str]] = None, timeo
 
 def shm_leftovers() -> List[str]:
     return [f for f in os.listdir("/dev/shm") if f.startswith("hpccl-")] if os.path.isdir("/dev/shm") else []
+
+
+def shm_snapshot() -> set:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def remove_mpi_leftovers(before: set) -> List[str]:
+    """MPI libraries leave their own segments behind when a test kills a rank on purpose; remove the
+    ones that appeared during the test (never hpccl's: those must not exist) and return their names."""
+    new = [f for f in shm_snapshot() - before if f.startswith(("mpich_shm_", "sm_segment", "psm"))]
+    for f in new:
+        try:
+            os.unlink(os.path.join("/dev/shm", f))
+        except OSError:
+            pass
+    return new
 
 
 def results(stdout: str) -> List[dict]:
