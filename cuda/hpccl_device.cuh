@@ -94,7 +94,7 @@ __device__ __forceinline__ void hp_load_ctx(Ctx& c, const CommArgs& a) {
 }
 
 // Wait until *p has reached v (wrapping compare); false on timeout or when another wait already failed.
-__device__ __forceinline__ bool hp_wait_geq(const u32* p, u32 v, u32* err, u64 timeout_ns) {
+__device__ __forceinline__ bool hp_wait_geq_inl(const u32* p, u32 v, u32* err, u64 timeout_ns) {
   if ((int)(hp_ld_acquire(p) - v) >= 0) return true;
   u64 t0 = hp_globaltimer();
   u32 it = 0;
@@ -110,9 +110,16 @@ __device__ __forceinline__ bool hp_wait_geq(const u32* p, u32 v, u32* err, u64 t
   return true;
 }
 
+// Out of line where register pressure is high (the collective kernels' data loops); the p2p kernel
+// inlines it instead (a call there costs spills).
+__device__ __noinline__ bool hp_wait_geq(const u32* p, u32 v, u32* err, u64 timeout_ns) {
+  return hp_wait_geq_inl(p, v, err, timeout_ns);
+}
+
 // One synchronisation step of block b among all ranks: after this block's writes into peers' slots,
 // tell every peer (flag [rank][b] in its area := gen), then wait for every peer's flag [p][b] in ours.
 // Returns false (for every thread of the block) when a wait failed.
+template <bool INLINE_WAIT = false>
 __device__ __forceinline__ bool hp_step_sync(const CommArgs& a, const Ctx& c, u32 gen, int* s_fail) {
   const int b = blockIdx.x;
   const int t = threadIdx.x;
@@ -120,7 +127,8 @@ __device__ __forceinline__ bool hp_step_sync(const CommArgs& a, const Ctx& c, u3
   if (t < a.nranks && t != a.rank) {
     __threadfence_system();
     hp_st_release(c.flags[t] + HPCCL_FL_COLL + a.rank * HPCCL_MAX_BLOCKS + b, gen);
-    if (!hp_wait_geq(c.flags[a.rank] + HPCCL_FL_COLL + t * HPCCL_MAX_BLOCKS + b, gen, a.err, a.timeout_ns))
+    const u32* f = c.flags[a.rank] + HPCCL_FL_COLL + t * HPCCL_MAX_BLOCKS + b;
+    if (!(INLINE_WAIT ? hp_wait_geq_inl(f, gen, a.err, a.timeout_ns) : hp_wait_geq(f, gen, a.err, a.timeout_ns)))
       *s_fail = 1;
   }
   __syncthreads();

@@ -73,7 +73,7 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, const Ctx& c, int
   typedef typename D::T T;
   typedef typename D::Acc A;
   const int EV = 16 / sizeof(T);
-  const int RU = (EV >= 16) ? 1 : ((EV == 8) ? 2 : HP_UNROLL);  // vectors in flight per thread
+  const int RU = (EV >= 16) ? 1 : ((EV == 2) ? 2 : HP_UNROLL);  // vectors in flight per thread
   const int t = threadIdx.x, nt = blockDim.x, b = blockIdx.x;
   const int n = a.nranks;
   u64 nvec = a.aligned ? len / 16 : 0;
@@ -249,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(512) hp_copy_push(CommArgs a, u64 r
       for (int p = 0; p < a.nranks; ++p)
         if (p != a.rank) hp_copy(hp_slot(a, c, p, par, a.rank, b), a.send + p * a.stride + off, len, a.aligned);
     }
-    if (!hp_step_sync(a, c, gen, &s_fail)) return;
+    if (!hp_step_sync<true>(a, c, gen, &s_fail)) return;
     if (a.root >= 0) {
       const char* src = (a.rank == a.root) ? a.send + off : hp_slot(a, c, a.rank, par, a.root, b);
       if (a.recv + off != src) hp_copy(a.recv + off, src, len, a.aligned);
@@ -317,7 +317,7 @@ extern "C" __global__ void __launch_bounds__(512) hp_p2p(P2PArgs pa) {
     const u64 len = (op.nbytes - off < a.p2p_slot) ? op.nbytes - off : a.p2p_slot;
     char* slot = c.stage[dst] + a.p2p_off + ((u64)((src * HPCCL_MAX_BLOCKS + lb) * 2 + par)) * a.p2p_slot;
     if (op.is_send) {
-      if (t == 0 && !hp_wait_geq(c.flags[a.rank] + HPCCL_FL_ACK + peer * HPCCL_MAX_BLOCKS + lb, k - 2u, a.err,
+      if (t == 0 && !hp_wait_geq_inl(c.flags[a.rank] + HPCCL_FL_ACK + peer * HPCCL_MAX_BLOCKS + lb, k - 2u, a.err,
                                  a.timeout_ns))
         s_fail = 1;
       __syncthreads();
@@ -329,7 +329,7 @@ extern "C" __global__ void __launch_bounds__(512) hp_p2p(P2PArgs pa) {
         hp_st_release(c.flags[peer] + HPCCL_FL_READY + a.rank * HPCCL_MAX_BLOCKS + lb, k);
       }
     } else {
-      if (t == 0 && !hp_wait_geq(c.flags[a.rank] + HPCCL_FL_READY + peer * HPCCL_MAX_BLOCKS + lb, k, a.err,
+      if (t == 0 && !hp_wait_geq_inl(c.flags[a.rank] + HPCCL_FL_READY + peer * HPCCL_MAX_BLOCKS + lb, k, a.err,
                                  a.timeout_ns))
         s_fail = 1;
       __syncthreads();

@@ -108,9 +108,10 @@ class Kernels:
         """CUfunction handle (as an int) of a kernel; name like 'hp_copy_push' or 'hp_reduce_push<8, 0>'."""
         h = self._funcs.get(name)
         if h is None:
-            f = self._module(dt).get_function(name)
-            self._keep.append(f)
-            h = int(f.ptr)
+            f = self._module(dt).get_function(name)  # cupy.RawKernel; .kernel is the loaded Function
+            fn = f.kernel
+            self._keep.extend((f, fn))
+            h = int(fn.ptr)
             self._funcs[name] = h
         return h
 

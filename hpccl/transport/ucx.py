@@ -121,33 +121,49 @@ def _device_problem(info: str) -> Optional[str]:
 
 
 class _UcxRequest(Request):
-    __slots__ = ("peer", "req", "t", "buf", "tmp", "op", "done", "worker", "src")
+    """A send, or a receive that copies: done when UCX says so."""
 
-    def __init__(self, t: "UcxTransport", peer: int, req: Any, buf: Any, tmp: Any,
-                 op: Optional[ReduceOp], src: Any = None) -> None:
-        self.t, self.peer, self.req, self.buf, self.tmp, self.op = t, peer, req, buf, tmp, op
-        self.src = buf if src is None else src
-        self.worker = t._worker
-        self.done = False
+    __slots__ = ("peer", "req", "t", "done")
+
+    def __init__(self, t: "UcxTransport", peer: int, req: Any) -> None:
+        self.t, self.peer, self.req, self.done = t, peer, req, False
 
     def test(self) -> bool:
         if self.done:
             return True
         req = self.req
         if not req.completed:
-            self.worker.progress()
+            self.t._worker.progress()
             if not req.completed:
                 return False
+        self._finish()
+        return True
+
+    def _finish(self) -> None:
         try:
-            req.check_error()
+            self.req.check_error()
         except Exception as exc:  # noqa: BLE001 - UCXError subclasses
             raise self.t._failed(self.peer, exc) from None
-        if self.op is not None:
-            UFUNC[self.op](self.src, self.tmp, out=self.buf)
-            self.t._give_back(self.tmp)
         self.done = True
-        self.req = self.tmp = self.src = None
-        return True
+        self.req = None
+
+
+class _UcxReduceRequest(_UcxRequest):
+    """A receive into scratch memory that then reduces: buf = src op incoming."""
+
+    __slots__ = ("buf", "tmp", "op", "src")
+
+    def __init__(self, t: "UcxTransport", peer: int, req: Any, buf: Any, tmp: Any, op: ReduceOp,
+                 src: Any) -> None:
+        super().__init__(t, peer, req)
+        self.buf, self.tmp, self.op = buf, tmp, op
+        self.src = buf if src is None else src
+
+    def _finish(self) -> None:
+        super()._finish()
+        UFUNC[self.op](self.src, self.tmp, out=self.buf)
+        self.t._give_back(self.tmp)
+        self.tmp = self.src = self.buf = None
 
 
 class UcxTransport(Transport):
@@ -267,18 +283,19 @@ class UcxTransport(Transport):
         seq = self._send_seq[peer]
         self._send_seq[peer] = seq + 1
         ep = self._eps.get(peer) or self._ep(peer)
-        req = ep.tag_send(self._wire(buf), _api.UCXXTag(self._tag_base | (seq & _SEQ_MASK)))
-        return _UcxRequest(self, peer, req, buf, None, None)
+        return _UcxRequest(self, peer, ep.tag_send(self._wire(buf),
+                                                   _api.UCXXTag(self._tag_base | (seq & _SEQ_MASK))))
 
     def irecv(self, peer: int, buf: Any, op: Optional[ReduceOp], src: Any = None) -> Request:
         """Receive into ``buf``; with ``op``, into a scratch buffer, then buf = (src or buf) op incoming."""
         seq = self._recv_seq[peer]
         self._recv_seq[peer] = seq + 1
         ep = self._eps.get(peer) or self._ep(peer)
-        tmp = None if op is None else self._take(buf)
-        req = ep.tag_recv(self._wire(buf if tmp is None else tmp),
-                          _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _SEQ_MASK)), _FULL)
-        return _UcxRequest(self, peer, req, buf, tmp, op, src)
+        tag = _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _SEQ_MASK))
+        if op is None:
+            return _UcxRequest(self, peer, ep.tag_recv(self._wire(buf), tag, _FULL))
+        tmp = self._take(buf)
+        return _UcxReduceRequest(self, peer, ep.tag_recv(self._wire(tmp), tag, _FULL), buf, tmp, op, src)
 
     def _take(self, like: Any) -> Any:
         """A receive buffer shaped like ``like`` (host: reused from a small pool; CUDA: its own library's)."""
