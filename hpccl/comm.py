@@ -282,7 +282,7 @@ class Communicator:
             recv, result = self._out(recvbuf, send, send.size, "recvbuf")
         if send.size == 0:
             return result
-        if np.shares_memory(send, recv) and send is not recv:
+        if send is not recv and np.may_share_memory(send, recv) and np.shares_memory(send, recv):
             send = recv if _same(send, recv) else send.copy()
         op_ = op
 

@@ -21,6 +21,7 @@ class ReduceOp(enum.Enum):
 
 
 SUM, PROD, MIN, MAX, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG
+_BY_NAME = {o.value: o for o in ReduceOp}
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -40,13 +41,12 @@ UFUNC = {SUM: np.add, PROD: np.multiply, MIN: np.minimum, MAX: np.maximum, AVG: 
 
 def as_op(op: Union[ReduceOp, str], argument: str = "op") -> ReduceOp:
     """Accept a ReduceOp or its name ('sum', 'max', ...)."""
-    if isinstance(op, ReduceOp):
+    if op.__class__ is ReduceOp:
         return op
     if isinstance(op, str):
-        try:
-            return ReduceOp(op.lower())
-        except ValueError:
-            pass
+        found = _BY_NAME.get(op) or _BY_NAME.get(op.lower())
+        if found is not None:
+            return found
     raise HpcclInvalidArgument(argument, f"{op!r} is not a reduction op; use one of "
                                          f"{', '.join(o.value for o in ReduceOp)}")
 

@@ -67,6 +67,8 @@ _FULL = _api.UCXXTagMaskFull
 #: (or UCX_TLS unset) error handling is off, or UCX would silently drop them.
 _EH_SAFE = re.compile(r"^(self|tcp|ib|rc|rc_[a-z0-9]+|dc|dc_[a-z0-9]+|ud|ud_[a-z0-9]+|sockcm|rdmacm)$")
 _RESOURCE = re.compile(r"resource\s+\d+\s*:.*?--\s*(\S+)/(\S+)")
+#: UCX transports that are not networks (UCX_NET_DEVICES does not apply to them)
+_NOT_NET = re.compile(r"^(self|posix|sysv|cma|knem|xpmem|cuda_copy|cuda_ipc|gdr_copy|rocm_\w+|ze_\w+)$")
 
 
 def _tls() -> str:
@@ -107,7 +109,7 @@ def _device_problem(info: str) -> Optional[str]:
         return None
     resources = _RESOURCE.findall(info)
     have = {dev for _tl, dev in resources}
-    net = sorted({f"{tl}/{dev}" for tl, dev in resources if tl != "self" and dev != "memory"})
+    net = sorted({f"{tl}/{dev}" for tl, dev in resources if not _NOT_NET.match(tl)})
     missing = [d for d in (x.strip() for x in want.split(",")) if d and d not in have]
     if not missing:
         return None
@@ -191,7 +193,10 @@ class UcxTransport(Transport):
         problem: Optional[str] = None
         address = b""
         try:
-            cfg = {"TLS": tls} if tls and os.environ.get("UCX_TLS") != tls else {}
+            if tls:
+                cfg = {"TLS": tls} if os.environ.get("UCX_TLS") != tls else {}
+            else:  # an empty UCX_TLS in the environment is not "unset" to UCX: it selects nothing
+                cfg = {"TLS": "all"} if "UCX_TLS" in os.environ else {}
             self._ctx = _api.UCXContext(cfg, feature_flags=(_api.Feature.TAG,))
             problem = _device_problem(self._ctx.info)
             if problem is None:

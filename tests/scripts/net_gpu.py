@@ -4,7 +4,6 @@ Run under mpiexec -n 2; prints 'RESULT {json}' per rank. Checks copy and reduce 
 several dtypes and sizes against numpy, and times one large exchange to show UCX moved device memory
 directly (GPU-to-GPU rates are far above what a trip through host memory could give)."""
 import json
-import os
 import time
 
 import numpy as np

@@ -10,4 +10,5 @@ if [ -z "$rank" ]; then
   exit 2
 fi
 host="${NETNS_PREFIX:?}h$((rank / ${NETNS_RANKS_PER_HOST:-1}))"
+# shellcheck disable=SC2016  # $0/$@ expand in the inner sh, on purpose
 exec ip netns exec "$host" unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$@"
