@@ -52,8 +52,8 @@ _param("HPCCL_DEBUG_SUBSYS", "ALL", str.upper,
 _param("HPCCL_TIMEOUT", 300.0, float,
        "Seconds a collective waits for its peers before raising HpcclTimeoutError and aborting.")
 _param("HPCCL_ALGO", "", str.lower,
-       "Force an algorithm for every collective (ring, tree, rd, direct, oneshot, twoshot, "
-       "hier, linear), or per collective: 'all_reduce:ring,broadcast:tree'. Empty: the cost model chooses.")
+       "Force an algorithm for every collective (ring, tree, rd, dbtree, direct, oneshot, twoshot, "
+       "hier, linear; GPU all_reduce: oneshot, twoshot), or per collective: 'all_reduce:ring,broadcast:tree'. Empty: the cost model chooses.")
 _param("HPCCL_TRANSPORT", "", str.lower,
        "Force the host transport between ranks of a node: shm or mpi. Empty: shm within a node, "
        "ucx (if installed) or mpi between nodes.")
@@ -75,6 +75,17 @@ _param("HPCCL_CHECK_ENV", True, _bool,
        "Check /dev/shm size, memlock and GPU peer access at init and say what to fix.")
 _param("HPCCL_CUDA_BUFFER_SIZE", 64 << 20, _size,
        "Bytes of peer-mapped GPU buffer per rank for the CUDA IPC path.")
+_param("HPCCL_CUDA_TRANSPORT", "", str.lower,
+       "GPU peer memory: 'ipc' (CUDA IPC, needs P2P or a shared GPU), 'host' (pinned shared host memory), "
+       "or empty: ipc when every GPU pair has P2P, else host.", ("", "ipc", "host"))
+_param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kernel (1..64); 32 overlaps "
+       "better with compute.")
+_param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
+_param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
+       "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")
+_param("HPCCL_CUDA_DEVICE", -1, int, "GPU of this rank for the CUDA path; -1: local_rank % GPUs.")
+_param("HPCCL_CUDA_SOURCES", "", str, "Folder of hpccl's .cu/.cuh kernel sources when not installed with "
+       "the package (hpccl/_cuda) or in a source checkout (cuda/).")
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset (e.g. 'tcp,self').")
 

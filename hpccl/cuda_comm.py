@@ -40,24 +40,6 @@ def _dtid(dtype: Any) -> int:
 _DTID: Dict[Any, int] = {}
 
 
-def _register_params() -> None:
-    """The CUDA path's HPCCL_* parameters, in the one registry (hpccl.config)."""
-    add = [
-        ("HPCCL_CUDA_TRANSPORT", "", str.lower,
-         "GPU peer memory: 'ipc' (CUDA IPC, needs P2P or a shared GPU), 'host' (pinned shared host "
-         "memory), or empty: ipc when every GPU pair has P2P, else host.", ("", "ipc", "host")),
-        ("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kernel (1..64).", ()),
-        ("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).", ()),
-        ("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, config._size,
-         "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).", ()),
-        ("HPCCL_CUDA_DEVICE", -1, int, "GPU of this rank for the CUDA path; -1: local_rank % GPUs.", ()),
-    ]
-    for name, default, parse, doc, choices in add:
-        if name not in config.PARAMS:
-            config._param(name, default, parse, doc, choices)
-
-
-_register_params()
 
 
 class DeviceTuner:

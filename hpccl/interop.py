@@ -11,17 +11,21 @@ from .errors import HpcclInvalidArgument
 from .ops import bfloat16, check_dtype
 
 HOST, CUDA = "host", "cuda"
+_KIND_BY_TYPE = {np.ndarray: HOST}
 
 
 def memory_kind(obj: Any) -> str:
     """'cuda' for objects exposing __cuda_array_interface__ (CuPy, Numba) or CUDA torch tensors."""
-    if type(obj) is np.ndarray:
-        return HOST
-    if hasattr(obj, "__cuda_array_interface__"):
-        return CUDA
-    if type(obj).__module__.startswith("torch") and getattr(obj, "is_cuda", False):
-        return CUDA
-    return HOST
+    t = type(obj)
+    kind = _KIND_BY_TYPE.get(t)
+    if kind is not None:
+        return kind
+    if t.__module__.startswith("torch"):  # per instance: one tensor type serves every device
+        return CUDA if getattr(obj, "is_cuda", False) else HOST
+    # asking hasattr builds CuPy's interface dict each time, so remember the answer per type
+    kind = CUDA if hasattr(obj, "__cuda_array_interface__") else HOST
+    _KIND_BY_TYPE[t] = kind
+    return kind
 
 
 def _torch_cpu(obj: Any) -> np.ndarray:

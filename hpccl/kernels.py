@@ -7,11 +7,11 @@ The ctypes structures below mirror cuda/hpccl_device.cuh (CommArgs, P2POp, P2PAr
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from . import config
 from .errors import HpcclSystemError, HpcclUnsupported
 
 MAX_RANKS = 8
@@ -56,7 +56,7 @@ class P2PArgs(ctypes.Structure):
 
 def source_dir() -> Path:
     """Where the .cu/.cuh files are: packaged as hpccl/_cuda (wheel), or cuda/ of a source checkout."""
-    env = os.environ.get("HPCCL_CUDA_SOURCES")  # escape hatch for odd installs; documented in docs/GPU.md
+    env = config.get("HPCCL_CUDA_SOURCES")
     here = Path(__file__).resolve().parent
     for cand in ([Path(env)] if env else []) + [here / "_cuda", here / "cuda", here.parent / "cuda"]:
         if (cand / SOURCES[1]).is_file():
