@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HPCCL_TIMEOUT=${HPCCL_TIMEOU
 export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-SUITE=${SUITE:-topo tests2 tests4 bench overlap}
+SUITE=${SUITE:-topo tests2 tests4 bench perf overlap}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONUNBUFFERED \
          PYTHONDONTWRITEBYTECODE HPCCL_TIMEOUT PYTHONPATH HPCCL_ALGO HPCCL_CUDA_BLOCKS HPCCL_DEBUG; do
@@ -40,6 +40,11 @@ fi
 if has bench; then
   stage "bench: hpccl vs NCCL"
   timeout ${T_BENCH:-180} $MPIRUN -n 2 python3 bench/gpu_bench.py --json "$OUT/bench.json" ${BENCH_ARGS:-} || rc=1
+fi
+if has perf; then
+  stage "hpccl-perf --mem cuda --compare nccl"
+  timeout ${T_PERF:-150} $MPIRUN -n 2 python3 -m hpccl.cli.perf all_reduce all_gather reduce_scatter broadcast \
+    --mem cuda -b 8 -e 256M -f 8 --check --compare nccl --json "$OUT/perf_cuda.json" || rc=1
 fi
 if has overlap; then
   stage "overlap example"
