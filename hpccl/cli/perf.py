@@ -67,11 +67,14 @@ def _iters(nbytes: int, given: int) -> int:
 class _Mem:
     """Allocation and host transfer for the chosen buffer memory (numpy or CuPy)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, local_rank: int) -> None:
         self.kind = kind
         if kind == "cuda":
             import cupy
+            from hpccl import config
             self.cp = cupy
+            dev = config.get("HPCCL_CUDA_DEVICE")
+            cupy.cuda.Device(dev if dev >= 0 else local_rank % cupy.cuda.runtime.getDeviceCount()).use()
 
     def put(self, a: np.ndarray) -> Any:
         return self.cp.asarray(a) if self.kind == "cuda" else a
@@ -134,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"hpccl-perf: --root {a.root} is not a rank (0..{n - 1})", file=sys.stderr)
         return 2
     dtype, op = DTYPES[a.dtype], OPS[a.op]
-    mem = _Mem(a.mem)
+    mem = _Mem(a.mem, comm.local_rank)  # picks this rank's GPU before any baseline initialises
     libs: Dict[str, Any] = {}
     for name in filter(None, a.compare.split(",")):
         try:
