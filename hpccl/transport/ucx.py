@@ -14,8 +14,9 @@ they are, so UCX moves them itself (cuda_copy, cuda_ipc, GPU-Direct RDMA) with n
 
 UCX_TLS and UCX_NET_DEVICES are UCX's own and are respected; HPCCL_UCX_TLS fills in UCX_TLS when that is
 unset (or empty). Set-up is collective and fails on every rank at once (never a hang): a UCX_NET_DEVICES
-entry that names no usable device, or a peer that no transport can reach, raises an error naming the
-device, the ranks and the variables to check.
+that names no usable device, or ring neighbours that cannot exchange a byte within min(60 s, HPCCL_TIMEOUT),
+raise an error naming the device or ranks and the variables to check. Other endpoints are made on first
+use; one that cannot be made raises HpcclSystemError naming the peer.
 """
 from __future__ import annotations
 
