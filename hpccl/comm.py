@@ -80,7 +80,7 @@ class Communicator:
                               [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted, self._on_fail)
         self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
         from .tuning import Tuner
-        self._tuner = Tuner(self._path, self.size, self.local_size)
+        self._tuner = Tuner(self._path, self.size, self.local_size, self.num_nodes)
         if config.get("HPCCL_CHECK_ENV"):
             self._check_env(shm)
         self.setup_seconds = time.perf_counter() - t0

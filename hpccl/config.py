@@ -87,7 +87,7 @@ _param("HPCCL_CUDA_DEVICE", -1, int, "GPU of this rank for the CUDA path; -1: lo
 _param("HPCCL_CUDA_SOURCES", "", str, "Folder of hpccl's .cu/.cuh kernel sources when not installed with "
        "the package (hpccl/_cuda) or in a source checkout (cuda/).")
 _param("HPCCL_UCX_TLS", "", str,
-       "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset (e.g. 'tcp,self').")
+       "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
 
 
 def get(name: str) -> Any:

@@ -56,7 +56,9 @@ class Primitives:
             return not pending
 
         if not ready():
-            self.waiter.wait(ready, sorted({r.peer for r in pending}))
+            # who is awaited is read when the timeout fires: a rendezvous send can still be pending
+            # on a healthy peer at the first test
+            self.waiter.wait(ready, lambda: sorted({r.peer for r in pending}))
 
     def send(self, peer: int, buf: np.ndarray) -> None:
         self.exchange(sends=[(peer, buf)])

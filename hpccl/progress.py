@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Union
+
+Peers = Union[List[int], Callable[[], List[int]]]
 
 from .errors import HpcclRemoteError, HpcclTimeoutError
 
@@ -22,7 +24,7 @@ class Waiter:
         self._arrived, self._peer_aborted, self._on_fail = arrived, peer_aborted, on_fail
         self.collective, self.seq = "idle", 0
 
-    def wait(self, ready: Callable[[], bool], peers: List[int]) -> None:
+    def wait(self, ready: Callable[[], bool], peers: Peers) -> None:
         """Return when ready() is true; raise HpcclTimeoutError / HpcclRemoteError instead of hanging.
 
         Spin first (cheapest when every rank has a core), then yield the core for up to YIELD_S (lets an
@@ -44,7 +46,7 @@ class Waiter:
                 nap = min(nap * 2, 1e-3)
             self._check(start, peers)
 
-    def _check(self, start: float, peers: List[int]) -> None:
+    def _check(self, start: float, peers: Peers) -> None:
         bad = self._peer_aborted()
         if bad is not None:
             self._on_fail()
@@ -55,9 +57,10 @@ class Waiter:
             self._on_fail()
             raise HpcclTimeoutError(self.collective, self.seq, missing, self.timeout)
 
-    def missing(self, peers: List[int]) -> List[int]:
+    def missing(self, peers: Peers) -> List[int]:
         """Ranks that have not entered the current collective: every rank whose arrival counter is visible
         (same node) and behind, plus awaited ranks nobody can see; the awaited ranks if that is empty."""
+        peers = peers() if callable(peers) else peers
         late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
         unseen = [p for p in peers if self._arrived(p) is None]
         return sorted(set(late + unseen)) or sorted(set(peers))

@@ -30,7 +30,7 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
 
 def test_mpi_transport_timeout_names_the_awaited_rank():
     proc = run_mpi(3, ["tests/scripts/skip_collective.py", "ring"],
-                   env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1"}, timeout=120)
+                   env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1", "HPCCL_NET": "mpi"}, timeout=120)
     rows = results(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-4000:]
     errs = [row for row in rows if row["rank"] != 2]
