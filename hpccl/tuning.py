@@ -26,7 +26,7 @@ class Path:
 
 
 DEFAULTS: Dict[str, Path] = {
-    "shm": Path(alpha=25e-6, beta=1 / 6e9, red=1 / 4e9, bar=8e-6),
+    "shm": Path(alpha=12e-6, beta=1 / 11e9, red=1 / 7e9, bar=4e-6),
     "mpi": Path(alpha=60e-6, beta=1 / 1.5e9, red=1 / 4e9, bar=60e-6),
     "ucx": Path(alpha=40e-6, beta=1 / 2e9, red=1 / 4e9, bar=40e-6),
     "cuda": Path(alpha=12e-6, beta=1 / 300e9, red=1 / 1500e9, bar=6e-6),
@@ -47,7 +47,17 @@ def _dbtree(P: "Path", N: float, n: int, s: float) -> float:
     pieces = max(1.0, N / 2 / (256 << 10))
     depth = math.ceil(math.log2(n + 1))
     piece = N / 2 / pieces
-    return s * N * P.beta + 2 * (depth + pieces) * (P.alpha + s * 2 * piece * (2 * P.beta + P.red / 2))
+    return s * N * P.beta + 2 * (depth + pieces) * (_a(P, s) + s * 2 * piece * (2 * P.beta + P.red / 2))
+
+
+def _a(P: "Path", s: float) -> float:
+    """A message step's fixed cost; on an oversubscribed node both partners must be scheduled (~s^2)."""
+    return P.alpha * s * s
+
+
+def _b(P: "Path", s: float) -> float:
+    """A window barrier's fixed cost; all ranks of the node must be scheduled (~s^3, fitted at s=2)."""
+    return P.bar * s * s * s
 
 
 Model = Callable[[Path, float, int, float], float]
@@ -55,81 +65,37 @@ Model = Callable[[Path, float, int, float], float]
 #: collective -> algorithm -> t(path, bytes, ranks, cpu_share)
 MODELS: Dict[str, Dict[str, Model]] = {
     "all_reduce": {
-        "ring": lambda P, N, n, s: 2 * (n - 1) * (P.alpha + s * N / n * (2 * P.beta + P.red / 2)),
-        "tree": lambda P, N, n, s: 2 * _log2(n) * (P.alpha + s * N * (2 * P.beta + P.red / 2)),
-        "rd": lambda P, N, n, s: _rd_steps(n) * (P.alpha + s * N * (2 * P.beta + P.red)),
+        # a slot written by one core and reduced by another costs about one more copy
+        "ring": lambda P, N, n, s: (n - 1) * (2 * _a(P, s) + s * N / n * (4 * P.beta + P.red)),
+        "tree": lambda P, N, n, s: 2 * _log2(n) * (_a(P, s) + s * N * (P.beta + P.red / 2)),
+        "rd": lambda P, N, n, s: _rd_steps(n) * (_a(P, s) + s * N * (2 * P.beta + P.red)),
         "dbtree": lambda P, N, n, s: _dbtree(P, N, n, s),
-        "oneshot": lambda P, N, n, s: P.bar + s * N * (P.beta + (n - 1) * P.red),
-        "twoshot": lambda P, N, n, s: 2 * P.bar + s * N * (2 * P.beta + (n - 1) / n * P.red),
+        "oneshot": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) * P.red),
+        "twoshot": lambda P, N, n, s: 2 * _b(P, s) + s * N * ((2 - 1 / n) * P.beta + (n - 1) / n * P.red),
     },
     "all_gather": {  # N = bytes received (n x send)
-        "ring": lambda P, N, n, s: (n - 1) * (P.alpha + s * N / n * 2 * P.beta),
-        "direct": lambda P, N, n, s: P.bar + s * N * (P.beta + P.beta / n),
+        "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * 2 * P.beta),
+        "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + P.beta / n),
     },
     "reduce_scatter": {  # N = bytes sent (n x recv)
-        "ring": lambda P, N, n, s: (n - 1) * (P.alpha + s * N / n * (3 * P.beta + P.red)),
-        "direct": lambda P, N, n, s: P.bar + s * N * (P.beta + P.red),
+        "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * (2 * P.beta + P.red)),
+        "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) / n * P.red),
     },
     "broadcast": {
-        "tree": lambda P, N, n, s: _log2(n) * (P.alpha + s * N * 2 * P.beta),
-        "ring": lambda P, N, n, s: (n - 1 + max(1.0, N / (1 << 20))) * P.alpha + s * N * 2 * P.beta
+        "tree": lambda P, N, n, s: _log2(n) * (_a(P, s) + s * N * 2 * P.beta),
+        "ring": lambda P, N, n, s: (n - 1 + max(1.0, N / (1 << 20))) * _a(P, s) + s * N * 2 * P.beta
         * (1 + (n - 1) / max(1.0, N / (1 << 20))),
-        "direct": lambda P, N, n, s: P.bar + s * N * 2 * P.beta,
+        "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
     },
     "reduce": {
-        "tree": lambda P, N, n, s: _log2(n) * (P.alpha + s * N * (2 * P.beta + P.red)),
-        "direct": lambda P, N, n, s: P.bar + s * N * (P.beta + (n - 1) * P.red / n * 2),
+        "tree": lambda P, N, n, s: _log2(n) * (_a(P, s) + s * N * (2 * P.beta + P.red)),
+        "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) * P.red / n * 2),
     },
     "all_to_all": {
-        "linear": lambda P, N, n, s: (n - 1) * P.alpha / 2 + s * N * 2 * P.beta,
-        "direct": lambda P, N, n, s: P.bar + s * N * 2 * P.beta,
+        "linear": lambda P, N, n, s: (n - 1) * _a(P, s) / 2 + s * N * 2 * P.beta,
+        "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
     },
 }
-
-
-def best_flat(coll: str, P: Path, nbytes: float, n: int, algos: Optional[Iterable[str]] = None,
-              share: float = 1.0) -> Tuple[str, float]:
-    """(algorithm, seconds) of the cheapest flat algorithm for ``coll`` on ``n`` ranks over path ``P``."""
-    if n <= 1:
-        return "-", 0.0
-    cand = {a: f(P, float(nbytes), n, share) for a, f in MODELS[coll].items() if algos is None or a in algos}
-    a = min(cand, key=cand.get)
-    return a, cand[a]
-
-
-HIER_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
-
-
-def hier_time(coll: str, nbytes: float, nodes: int, local: int, intra: Path, inter: Path, nics: int = 1,
-              share: float = 1.0, intra_algos: Optional[Iterable[str]] = None,
-              inter_algos: Optional[Iterable[str]] = None) -> Tuple[float, Dict[str, str]]:
-    """Predicted seconds of algorithms/hier.py for ``coll`` and the sub-algorithms it would run: the sum
-    of its sub-communicator collectives, each at its own cheapest algorithm on its own path. ``inter``
-    is one NIC; the ``local`` concurrent inter-node collectives share a node's ``nics``."""
-    L, M = local, nodes
-    net = replace(inter, beta=inter.beta * max(1.0, L / nics))
-    if coll == "all_reduce":
-        a1, t1 = best_flat("reduce_scatter", intra, nbytes, L, intra_algos, share)
-        a2, t2 = best_flat("all_reduce", net, nbytes / L, M, inter_algos)
-        a3, t3 = best_flat("all_gather", intra, nbytes, L, intra_algos, share)
-        return t1 + t2 + t3, {"intra_reduce_scatter": a1, "inter_all_reduce": a2, "intra_all_gather": a3}
-    if coll == "all_gather":  # nbytes: the whole gathered buffer
-        a1, t1 = best_flat("all_gather", net, nbytes / L, M, inter_algos)
-        a2, t2 = best_flat("all_gather", intra, nbytes, L, intra_algos, share)
-        return t1 + t2 + share * nbytes * intra.beta, {"inter_all_gather": a1, "intra_all_gather": a2}
-    if coll == "reduce_scatter":  # nbytes: the whole input
-        a1, t1 = best_flat("reduce_scatter", intra, nbytes, L, intra_algos, share)
-        a2, t2 = best_flat("reduce_scatter", net, nbytes / L, M, inter_algos)
-        return share * nbytes * intra.beta + t1 + t2, {"intra_reduce_scatter": a1, "inter_reduce_scatter": a2}
-    if coll == "broadcast":
-        a1, t1 = best_flat("broadcast", inter, nbytes, M, inter_algos)
-        a2, t2 = best_flat("broadcast", intra, nbytes, L, intra_algos, share)
-        return t1 + t2, {"inter_broadcast": a1, "intra_broadcast": a2}
-    if coll == "reduce":
-        a1, t1 = best_flat("reduce", intra, nbytes, L, intra_algos, share)
-        a2, t2 = best_flat("reduce", inter, nbytes, M, inter_algos)
-        return t1 + t2, {"intra_reduce": a1, "inter_reduce": a2}
-    raise KeyError(coll)
 
 
 def _load_paths() -> Dict[str, Path]:
