@@ -14,11 +14,11 @@ for n in 2 4; do
     > "$out/host-${n}ranks.txt"
 done
 for n in 2 4; do
-  mpiexec -n $n hpccl-perf all_reduce -b 8 -e 64M -f 4 --algo ring,tree,rd,dbtree,oneshot,twoshot \
+  mpiexec -n $n hpccl-perf all_reduce -b 8 -e 64M -f 4 --algo ring,tree,rd,dbtree,oneshot,twoshot,cma \
     --json "$out/algos-all_reduce-${n}ranks.json" > "$out/algos-all_reduce-${n}ranks.txt"
-  mpiexec -n $n hpccl-perf all_gather reduce_scatter -b 64 -e 64M -f 4 --algo ring,direct \
+  mpiexec -n $n hpccl-perf all_gather reduce_scatter -b 64 -e 64M -f 4 --algo ring,direct,cma \
     --json "$out/algos-ag-rs-${n}ranks.json" > "$out/algos-ag-rs-${n}ranks.txt"
-  mpiexec -n $n hpccl-perf broadcast -b 8 -e 64M -f 4 --algo tree,ring,direct \
+  mpiexec -n $n hpccl-perf broadcast -b 8 -e 64M -f 4 --algo tree,ring,direct,cma \
     --json "$out/algos-broadcast-${n}ranks.json" > "$out/algos-broadcast-${n}ranks.txt"
 done
 mpiexec -n 4 python bench/init_time.py > "$out/init-4ranks.txt"

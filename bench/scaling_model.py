@@ -13,9 +13,10 @@ Strategies compared, per collective and size:
     flat    the multi-node communicator as it is today: the message-passing algorithms (no shared window
             across nodes) of hpccl.tuning.MODELS over all M*8 ranks, each step timed on the ib path (a flat ring crosses a node boundary every 8 hops and
             uses one NIC at a time); the tuner picks the cheapest
-    hier    bench/hier_model.py: node-local steps on nvlink + one inter-node collective per local rank,
+    hier    hpccl.tuning.hier_time (algorithms/hier.py's composition): node-local steps on nvlink + one
+            inter-node collective per local rank,
             the 8 of them concurrently, each on its own NIC (rail); sub-algorithms picked the same way
-    pick    the cheaper of the two: what the tuner would choose if tuning.MODELS had the 'hier' entry
+    pick    the cheaper of the two: what hpccl's Tuner chooses on such a communicator
 The model has no congestion, no pipelining of tree steps (hpccl's tree model is per whole message) and no
 NCCL-style multi-ring; predictions are the model's, not measurements.
 """
@@ -29,7 +30,7 @@ from typing import Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hier_model import HIER, best, hier_time  # noqa: E402
+from hpccl.tuning import HIER_COLLECTIVES as HIER, best_flat as best, hier_time  # noqa: E402
 from hpccl.algorithms import ALGORITHMS  # noqa: E402
 from hpccl.tuning import DEFAULTS, MODELS, Path as CostPath  # noqa: E402
 

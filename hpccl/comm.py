@@ -79,6 +79,9 @@ class Communicator:
         self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), spin,
                               [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted, self._on_fail)
         self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
+        if window is not None:  # single-copy algorithms only if every rank can read its peers
+            want = config.get("HPCCL_SINGLE_COPY") and shm.cma_ok
+            self._prim.single_copy = all(self._boot.allgather(want))
         from .tuning import Tuner
         self._tuner = Tuner(self._path, self.size, self.local_size, self.num_nodes)
         if config.get("HPCCL_CHECK_ENV"):
@@ -234,7 +237,8 @@ class Communicator:
         names = self._eligible.get(coll)
         if names is None:
             names = [a for a, spec in ALGORITHMS[coll].items()
-                     if not spec.needs_window or self._prim.window is not None]
+                     if (not spec.needs_window or self._prim.window is not None)
+                     and (not spec.needs_single_copy or self._prim.single_copy)]
             if self.num_nodes > 1 and hier.supports(self, coll):
                 names.append("hier")
             self._eligible[coll] = names

@@ -64,6 +64,9 @@ _param("HPCCL_SHM_SLOT_SIZE", 1 << 20, _size,
 _param("HPCCL_SHM_SLOTS", 4, int, "Slots per point-to-point channel (how far a sender runs ahead).")
 _param("HPCCL_SHM_DIRECT_SIZE", 8 << 20, _size,
        "Bytes per rank of the directly mapped shared-memory window used by one-shot/direct algorithms.")
+_param("HPCCL_SINGLE_COPY", True, _bool,
+       "Allow single-copy algorithms ('cma': peers read each other's buffers with process_vm_readv) "
+       "when every rank of a one-node communicator can; 0 keeps to shared-memory copies.")
 _param("HPCCL_SPIN", 2000, int,
        "Polls of a flag before a waiting rank starts yielding its core (then sleeping briefly); "
        "capped at 50 when a node has more ranks than cores.")

@@ -28,6 +28,7 @@ class Primitives:
         self.mem = memory
         self._scratch: Dict[int, np.ndarray] = {}
         self.window_views: Dict[tuple, List[np.ndarray]] = {}
+        self.single_copy = False  # set by the communicator once every rank can use peer_read
 
     def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
         """Run these sends and receives concurrently and return when all are complete.
@@ -83,3 +84,11 @@ class Primitives:
 
     def barrier_window(self) -> None:
         self.window.barrier(self.waiter.wait)
+
+    def expose(self, *arrays: np.ndarray) -> None:
+        """Publish these arrays for single-copy reads by peers (then a window barrier makes it visible)."""
+        self.window.expose(arrays)
+
+    def peer_read(self, rank: int, entry: int, offset: int, dst: np.ndarray) -> None:
+        """dst = bytes from ``offset`` of the array ``rank`` exposed as ``entry`` (one kernel copy)."""
+        self.window.peer_read(rank, entry, offset, dst)

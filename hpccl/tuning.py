@@ -72,28 +72,34 @@ MODELS: Dict[str, Dict[str, Model]] = {
         "dbtree": lambda P, N, n, s: _dbtree(P, N, n, s),
         "oneshot": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) * P.red),
         "twoshot": lambda P, N, n, s: 2 * _b(P, s) + s * N * ((2 - 1 / n) * P.beta + (n - 1) / n * P.red),
+        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * N * (n - 1) / n * (2 * P.beta + P.red),
     },
     "all_gather": {  # N = bytes received (n x send)
         "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * 2 * P.beta),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + P.beta / n),
+        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * P.beta,
     },
     "reduce_scatter": {  # N = bytes sent (n x recv)
         "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * (2 * P.beta + P.red)),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) / n * P.red),
+        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * (n - 1) / n * (P.beta + P.red),
     },
     "broadcast": {
         "tree": lambda P, N, n, s: _log2(n) * (_a(P, s) + s * N * 2 * P.beta),
         "ring": lambda P, N, n, s: (n - 1 + max(1.0, N / (1 << 20))) * _a(P, s) + s * N * 2 * P.beta
         * (1 + (n - 1) / max(1.0, N / (1 << 20))),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
+        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * P.beta,
     },
     "reduce": {
         "tree": lambda P, N, n, s: _log2(n) * (_a(P, s) + s * N * (2 * P.beta + P.red)),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) * P.red / n * 2),
+        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * (n - 1) * (P.beta + P.red),
     },
     "all_to_all": {
         "linear": lambda P, N, n, s: (n - 1) * _a(P, s) / 2 + s * N * 2 * P.beta,
         "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
+        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * P.beta,
     },
 }
 
@@ -135,6 +141,7 @@ class Tuner:
         self.share = max(1.0, local_ranks / cpus)
         self.override = _parse_override(config.get("HPCCL_ALGO"))
         self._cache: Dict[tuple, str] = {}
+        self._warned: set = set()
 
     def force(self, coll: str, algo: Optional[str]) -> None:
         """Pin ``coll`` to ``algo`` (None: back to the model), as HPCCL_ALGO would."""
@@ -161,8 +168,10 @@ class Tuner:
             if forced in names:
                 self._cache[key] = forced
                 return forced
-            log.warn("TUNING", "HPCCL_ALGO=%s is not available for %s here (have %s); using the model",
-                     forced, coll, ",".join(names))
+            if (coll, forced) not in self._warned:
+                self._warned.add((coll, forced))
+                log.warn("TUNING", "HPCCL_ALGO=%s is not available for %s here (have %s); using the model",
+                         forced, coll, ",".join(names))
         # decide at the middle of the power-of-two bucket the size falls in
         probe = 3 << max(0, nbytes.bit_length() - 2) if nbytes > 1 else nbytes
         best = min(names, key=lambda a: self.predict(coll, a, probe))

@@ -28,6 +28,14 @@ class Window(ABC):
     def buffer(self, rank: int) -> np.ndarray:
         """The uint8 window of ``rank`` (this rank's own for rank == self)."""
 
+    def expose(self, arrays) -> None:
+        """Publish this rank's arrays for peers' single-copy reads (windows that support it)."""
+        raise NotImplementedError
+
+    def peer_read(self, rank: int, entry: int, offset: int, dst: np.ndarray) -> None:
+        """Copy part of an array ``rank`` exposed straight into dst (windows that support it)."""
+        raise NotImplementedError
+
     @abstractmethod
     def barrier(self, wait: Callable[[Callable[[], bool], List[int]], None]) -> None:
         """Return once every rank has entered this barrier (stores before it are visible after it)."""

@@ -20,6 +20,7 @@ import numpy as np
 from .. import config, log
 from ..errors import HpcclInvalidArgument, HpcclSystemError
 from ..ops import UFUNC, ReduceOp
+from . import cma
 from .base import Request, Transport, Window
 
 _LINE = 64
@@ -27,6 +28,9 @@ _HDR = 4096
 _MAGIC = 0x6870_6363_6C00_0001
 # int64 indexes in the header (one cache line apart)
 _I_MAGIC, _I_ARRIVED, _I_ABORT, _I_BARRIER = 0, 8, 16, 24
+# cross-memory attach: pid, where this header sits in its owner's address space, a probe value, and the
+# table of exposed buffers (address, bytes) x 4
+_I_PID, _I_HDRADDR, _I_PROBE, _I_EXPOSE, _EXPOSE_MAX = 32, 33, 34, 40, 4
 
 _live_paths: Set[str] = set()
 
@@ -199,6 +203,23 @@ class ShmWindow(Window):
     def buffer(self, rank: int) -> np.ndarray:
         return self._bufs[rank]
 
+    def expose(self, arrays) -> None:
+        """Publish where these arrays live in this process, for peers' single-copy reads."""
+        q = self._t._segs[self._t.rank].q
+        for k, a in enumerate(arrays):
+            q[_I_EXPOSE + 2 * k] = a.ctypes.data
+            q[_I_EXPOSE + 2 * k + 1] = a.nbytes
+
+    def peer_read(self, rank: int, entry: int, offset: int, dst: np.ndarray) -> None:
+        """dst = bytes [offset, offset + dst.nbytes) of the array ``rank`` exposed as ``entry``."""
+        q = self._t._segs[rank].q
+        addr, size = q[_I_EXPOSE + 2 * entry], q[_I_EXPOSE + 2 * entry + 1]
+        if offset + dst.nbytes > size:
+            from ..errors import HpcclInvalidUsage
+            raise HpcclInvalidUsage(f"rank {rank}'s buffer has {size} bytes, this rank reads up to "
+                                    f"{offset + dst.nbytes} (counts or dtypes differ across ranks)")
+        cma.read(q[_I_PID], addr + offset, dst)
+
     def barrier(self, wait: Callable[[Callable[[], bool], List[int]], None]) -> None:
         if self._peers is None:
             t = self._t
@@ -237,8 +258,11 @@ class ShmTransport(Transport):
         self._path = base + str(self.local)
         self._segs: Dict[int, _Segment] = {}
         try:
-            self._segs[rank] = _Segment(self._path, self._lay.total, create=True)
-            self._segs[rank].q[_I_MAGIC] = _MAGIC
+            me = self._segs[rank] = _Segment(self._path, self._lay.total, create=True)
+            me.q[_I_MAGIC] = _MAGIC
+            me.q[_I_PID] = os.getpid()
+            me.q[_I_HDRADDR] = me.u8.ctypes.data
+            me.q[_I_PROBE] = int.from_bytes(secrets.token_bytes(7), "little")
             bootstrap.barrier()
             for i, r in enumerate(self.ranks):
                 if r != rank:
@@ -246,11 +270,23 @@ class ShmTransport(Transport):
             bootstrap.barrier()
         finally:
             self._unlink()
+        self.cma_ok = self._probe_cma()
         self._in = {r: _Channel(self._segs[rank], self._lay, self.ranks.index(r)) for r in self.ranks}
         self._out = {r: _Channel(self._segs[r], self._lay, self.local) for r in self.ranks}
         self._window = ShmWindow(self)
         log.info("TRANSPORT", "shm: %d local ranks, %d B per segment (%d slots x %d B, window %d B)",
                  len(self.ranks), self._lay.total, self._lay.slots, slot_size, window)
+
+    def _probe_cma(self) -> bool:
+        """Can this rank read its next local peer's memory directly (same user, ptrace allowed)?"""
+        if not cma.available():
+            return False
+        peer = self.ranks[(self.local + 1) % len(self.ranks)]
+        q = self._segs[peer].q
+        why = cma.probe(q[_I_PID], q[_I_HDRADDR] + 8 * _I_PROBE, q[_I_PROBE])
+        if why:
+            log.info("TRANSPORT", "single-copy reads (process_vm_readv) unavailable: %s", why)
+        return why is None
 
     @staticmethod
     def new_tag() -> str:

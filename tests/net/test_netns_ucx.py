@@ -62,7 +62,7 @@ def test_every_collective_and_dtype_against_numpy(hosts, nhosts, per):
     """The shared multi-rank suite (every collective x dtype x op x algorithm, 'hier' included) across hosts."""
     before = hosts.bytes()
     proc = run_on_hosts(hosts, nhosts * per, per,
-                        ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "hier_plugin",
+                        ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                          "-o", "python_files=mpi_*.py", "tests/mpi/mpi_collectives.py"],
                         env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'net'}"}, timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:]
