@@ -43,7 +43,7 @@ class Waiter:
             now = time.monotonic()
             if now - start > YIELD_S:
                 time.sleep(nap)
-                nap = min(nap * 2, 1e-3)
+                nap = min(nap * 2, 2e-4)
             self._check(start, peers)
 
     def _check(self, start: float, peers: Peers) -> None:
