@@ -50,6 +50,10 @@ def _dbtree(P: "Path", N: float, n: int, s: float) -> float:
     return s * N * P.beta + 2 * (depth + pieces) * (_a(P, s) + s * 2 * piece * (2 * P.beta + P.red / 2))
 
 
+# cma terms carry one more factor of s: on an oversubscribed node the kernel's cross-process copies
+# measured slower than memcpy (docs/PERFORMANCE.md, algorithm sweeps at 4 ranks on 2 cores)
+
+
 def _a(P: "Path", s: float) -> float:
     """A message step's fixed cost; on an oversubscribed node both partners must be scheduled (~s^2)."""
     return P.alpha * s * s
@@ -72,34 +76,34 @@ MODELS: Dict[str, Dict[str, Model]] = {
         "dbtree": lambda P, N, n, s: _dbtree(P, N, n, s),
         "oneshot": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) * P.red),
         "twoshot": lambda P, N, n, s: 2 * _b(P, s) + s * N * ((2 - 1 / n) * P.beta + (n - 1) / n * P.red),
-        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * N * (n - 1) / n * (2 * P.beta + P.red),
+        "cma": lambda P, N, n, s: 7 * _b(P, s) + s * s * N * (n - 1) / n * (2 * P.beta + P.red),
     },
     "all_gather": {  # N = bytes received (n x send)
-        "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * 2 * P.beta),
+        "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * 3 * P.beta) + s * N / n * P.beta,
         "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + P.beta / n),
-        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * P.beta,
+        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * s * N * P.beta,
     },
     "reduce_scatter": {  # N = bytes sent (n x recv)
         "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * (2 * P.beta + P.red)),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) / n * P.red),
-        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * (n - 1) / n * (P.beta + P.red),
+        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * s * N * (n - 1) / n * (P.beta + P.red),
     },
     "broadcast": {
         "tree": lambda P, N, n, s: _log2(n) * (_a(P, s) + s * N * 2 * P.beta),
         "ring": lambda P, N, n, s: (n - 1 + max(1.0, N / (1 << 20))) * _a(P, s) + s * N * 2 * P.beta
         * (1 + (n - 1) / max(1.0, N / (1 << 20))),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
-        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * P.beta,
+        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * s * N * P.beta,
     },
     "reduce": {
         "tree": lambda P, N, n, s: _log2(n) * (_a(P, s) + s * N * (2 * P.beta + P.red)),
         "direct": lambda P, N, n, s: _b(P, s) + s * N * (P.beta + (n - 1) * P.red / n * 2),
-        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * (n - 1) * (P.beta + P.red),
+        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * s * N * (n - 1) * (P.beta + P.red),
     },
     "all_to_all": {
         "linear": lambda P, N, n, s: (n - 1) * _a(P, s) / 2 + s * N * 2 * P.beta,
         "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
-        "cma": lambda P, N, n, s: 2 * _b(P, s) + s * N * P.beta,
+        "cma": lambda P, N, n, s: 3 * _b(P, s) + s * s * N * P.beta,
     },
 }
 
