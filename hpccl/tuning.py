@@ -108,6 +108,51 @@ MODELS: Dict[str, Dict[str, Model]] = {
 }
 
 
+def best_flat(coll: str, P: Path, nbytes: float, n: int, algos: Optional[Iterable[str]] = None,
+              share: float = 1.0) -> Tuple[str, float]:
+    """(algorithm, seconds) of the cheapest flat algorithm for ``coll`` on ``n`` ranks over path ``P``."""
+    if n <= 1:
+        return "-", 0.0
+    cand = {a: f(P, float(nbytes), n, share) for a, f in MODELS[coll].items() if algos is None or a in algos}
+    a = min(cand, key=cand.get)
+    return a, cand[a]
+
+
+HIER_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+def hier_time(coll: str, nbytes: float, nodes: int, local: int, intra: Path, inter: Path, nics: int = 1,
+              share: float = 1.0, intra_algos: Optional[Iterable[str]] = None,
+              inter_algos: Optional[Iterable[str]] = None) -> Tuple[float, Dict[str, str]]:
+    """Predicted seconds of algorithms/hier.py for ``coll`` and the sub-algorithms it would run: the sum
+    of its sub-communicator collectives, each at its own cheapest algorithm on its own path. ``inter``
+    is one NIC; the ``local`` concurrent inter-node collectives share a node's ``nics``."""
+    L, M = local, nodes
+    net = replace(inter, beta=inter.beta * max(1.0, L / nics))
+    if coll == "all_reduce":
+        a1, t1 = best_flat("reduce_scatter", intra, nbytes, L, intra_algos, share)
+        a2, t2 = best_flat("all_reduce", net, nbytes / L, M, inter_algos)
+        a3, t3 = best_flat("all_gather", intra, nbytes, L, intra_algos, share)
+        return t1 + t2 + t3, {"intra_reduce_scatter": a1, "inter_all_reduce": a2, "intra_all_gather": a3}
+    if coll == "all_gather":  # nbytes: the whole gathered buffer
+        a1, t1 = best_flat("all_gather", net, nbytes / L, M, inter_algos)
+        a2, t2 = best_flat("all_gather", intra, nbytes, L, intra_algos, share)
+        return t1 + t2 + share * nbytes * intra.beta, {"inter_all_gather": a1, "intra_all_gather": a2}
+    if coll == "reduce_scatter":  # nbytes: the whole input
+        a1, t1 = best_flat("reduce_scatter", intra, nbytes, L, intra_algos, share)
+        a2, t2 = best_flat("reduce_scatter", net, nbytes / L, M, inter_algos)
+        return share * nbytes * intra.beta + t1 + t2, {"intra_reduce_scatter": a1, "inter_reduce_scatter": a2}
+    if coll == "broadcast":
+        a1, t1 = best_flat("broadcast", inter, nbytes, M, inter_algos)
+        a2, t2 = best_flat("broadcast", intra, nbytes, L, intra_algos, share)
+        return t1 + t2, {"inter_broadcast": a1, "intra_broadcast": a2}
+    if coll == "reduce":
+        a1, t1 = best_flat("reduce", intra, nbytes, L, intra_algos, share)
+        a2, t2 = best_flat("reduce", inter, nbytes, M, inter_algos)
+        return t1 + t2, {"intra_reduce": a1, "inter_reduce": a2}
+    raise KeyError(coll)
+
+
 def _load_paths() -> Dict[str, Path]:
     paths = dict(DEFAULTS)
     fname = config.get("HPCCL_TUNING_FILE")

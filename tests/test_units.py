@@ -99,3 +99,18 @@ def test_readme_documents_every_variable():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     missing = [name for name in config.PARAMS if name not in readme]
     assert missing == []
+
+
+def test_hier_is_modelled_on_multi_node_communicators():
+    from hpccl.tuning import HIER_COLLECTIVES, hier_time, DEFAULTS
+    t = Tuner("mpi", 8, 4, nodes=2)
+    for coll in HIER_COLLECTIVES:
+        flat = [a for a in ALGORITHMS[coll] if not ALGORITHMS[coll][a].needs_window]
+        assert t.choose(coll, 64 << 20, flat + ["hier"]) in flat + ["hier"]
+        assert 0 < t.predict(coll, "hier", 1 << 20) < float("inf")
+    # slow network, fast node: the hierarchy must win for large all_reduce
+    slow = DEFAULTS["mpi"].__class__(alpha=50e-6, beta=1 / 1e9, red=1 / 4e9, bar=50e-6)
+    hier_t, subs = hier_time("all_reduce", 256 << 20, 2, 8, DEFAULTS["shm"], slow)
+    from hpccl.tuning import best_flat
+    assert hier_t < best_flat("all_reduce", slow, 256 << 20, 16, ["ring", "tree", "rd", "dbtree"])[1]
+    assert set(subs) == {"intra_reduce_scatter", "inter_all_reduce", "intra_all_gather"}
