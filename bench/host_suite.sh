@@ -9,7 +9,7 @@ out=${1:-docs/perf}
 mkdir -p "$out"
 export PATH="$PWD/.venv/bin:$PATH"
 for n in 2 4; do
-  mpiexec -n $n hpccl-perf all_reduce all_gather reduce_scatter broadcast -b 8 -e 256M -f 4 --check \
+  mpiexec -n $n hpccl-perf all_reduce all_gather reduce_scatter broadcast -b 8 -e 256M -f 2 --check \
     --compare mpi,gloo --json "$out/host-${n}ranks.json" --plot "$out/host-${n}ranks.png" \
     > "$out/host-${n}ranks.txt"
 done
