@@ -7,7 +7,7 @@ import hpccl
 
 world = MPI.COMM_WORLD
 times = []
-for i in range(5):
+for _ in range(5):
     world.Barrier()
     t0 = time.perf_counter()
     comm = hpccl.init()

@@ -60,9 +60,9 @@ def run(comm: "Communicator", coll: str, *args) -> None:
                 intra.broadcast(recv[off[l]:off[l + 1]], root=l)
     elif coll == "all_gather":
         send, recv = args
-        c, M, groups = send.size, comm.num_nodes, _groups(comm)
-        across = inter.all_gather(send)                      # (M, c): this local rank's peers
-        local = intra.all_gather(across.reshape(-1))         # (L, M*c)
+        c, groups = send.size, _groups(comm)
+        across = inter.all_gather(send)                      # (nodes, c): this local rank's peers
+        local = intra.all_gather(across.reshape(-1))         # (L, nodes * c)
         for l in range(L):
             for m, rank in enumerate(groups[l]):
                 recv[rank * c:(rank + 1) * c] = local[l, m * c:(m + 1) * c]

@@ -24,7 +24,7 @@ class MpiBaseline:
         self.ops = {SUM: MPI.SUM, PROD: MPI.PROD, MIN: MPI.MIN, MAX: MPI.MAX}
 
     def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int) -> Runner:
-        MPI, c = self.MPI, self.comm
+        c = self.comm
         if op is AVG or send.dtype.kind == "V":  # MPI has no avg and no bfloat16
             return None
         mop = self.ops[op]

@@ -2,7 +2,6 @@
 the Dockerfile passes hadolint, and the image has what the issue asks for."""
 import re
 import subprocess
-import sys
 
 import pytest
 
