@@ -70,8 +70,7 @@ class Communicator:
         transport_of: Dict[int, Transport] = {}
         for r in range(self.size):
             transport_of[r] = shm if (shm is not None and r in local) else net
-        self._path = "shm" if shm is not None and self.num_nodes == 1 else (
-            "mpi" if self.size > 1 and net is not None and net.name == "mpi" else getattr(net, "name", "shm"))
+        self._path = "shm" if net is None else net.name  # the slowest link prices the flat algorithms
         window = shm.window() if (shm is not None and self.num_nodes == 1) else None
         spin = config.get("HPCCL_SPIN")
         if self.local_size > (os.cpu_count() or 1):
@@ -93,12 +92,15 @@ class Communicator:
 
     # ----- set-up helpers -------------------------------------------------------------------------
     def _net_transport(self) -> Optional[Transport]:
+        """The transport to ranks that shared memory does not reach: None on one node (unless
+        HPCCL_TRANSPORT=mpi), else UCX when it loads (HPCCL_NET=ucx insists), else MPI."""
         if self.num_nodes == 1 and config.get("HPCCL_TRANSPORT") != "mpi":
             return None
         want = config.get("HPCCL_NET")
         if want not in ("", "ucx", "mpi"):
             raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not ucx or mpi")
-        if want in ("", "ucx"):
+        t: Optional[Transport] = None
+        if self.num_nodes > 1 and want in ("", "ucx"):
             try:
                 from .transport.ucx import UcxTransport
             except ImportError as exc:
@@ -106,9 +108,8 @@ class Communicator:
                     raise HpcclUnsupported(f"HPCCL_NET=ucx but the UCX transport cannot load: {exc}") from None
             else:
                 t = UcxTransport(self._boot, self.rank)
-                self._transports.append(t)
-                return t
-        t = MpiTransport(self._boot.comm.Dup())
+        if t is None:
+            t = MpiTransport(self._boot.comm.Dup())
         self._transports.append(t)
         return t
 
