@@ -163,6 +163,14 @@ class CudaComm:
             self._launch_cache[key] = ln
         return ln
 
+    def _plan(self, pkey: tuple, kernel: str, dt: Optional[int], nbytes: int, kind: str) -> tuple:
+        """(launch, chunk) of a single-part kernel for nbytes, built once per key and kept."""
+        plan = self._plans.get(pkey)
+        if plan is None:
+            blocks, chunk = self._geometry(nbytes, 1)
+            plan = self._plans[pkey] = (self._launch(kernel, dt, blocks, kind), chunk)
+        return plan
+
     def _geometry(self, nbytes: int, parts: int) -> Tuple[int, int]:
         """(blocks, chunk bytes per block step) for nbytes split into ``parts`` segments per unit."""
         per = max(1, -(-nbytes // parts))
@@ -376,12 +384,7 @@ class CudaComm:
         if nbytes == 0:
             return result
         dt, opid = _dtid(s.dtype), OP_IDS[op.value]
-        pkey = ("red", dt, opid, nbytes)
-        plan = self._plans.get(pkey)
-        if plan is None:
-            blocks, chunk = self._geometry(nbytes, 1)
-            plan = (self._launch(f"hp_reduce_push<{dt}, {opid}>", dt, blocks, "plain"), chunk)
-            self._plans[pkey] = plan
+        plan = self._plan(("red", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
         self._set(s.ptr, r.ptr, nbytes, 0, plan[1], root)
         self._go(plan[0], stream_handle(stream, s), "reduce")
         self._remember(key, plan[0], "plain")
@@ -411,12 +414,7 @@ class CudaComm:
         if nbytes == 0:
             return result
         dt, opid = _dtid(s.dtype), OP_IDS[op.value]
-        pkey = ("rs", dt, opid, nbytes)
-        plan = self._plans.get(pkey)
-        if plan is None:
-            blocks, chunk = self._geometry(nbytes, 1)
-            plan = (self._launch(f"hp_reduce_push<{dt}, {opid}>", dt, blocks, "plain"), chunk)
-            self._plans[pkey] = plan
+        plan = self._plan(("rs", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
         self._set(s.ptr, r.ptr, nbytes, nbytes, plan[1], -1)
         self._go(plan[0], stream_handle(stream, s), "reduce_scatter")
         self._remember(key, plan[0], "plain")
@@ -424,12 +422,7 @@ class CudaComm:
 
     def _copy_coll(self, what: str, s: DevBuf, r: DevBuf, nbytes: int, stride: int, rstride: int, root: int,
                    stream: Any, key: Optional[tuple] = None) -> None:
-        pkey = ("copy", nbytes)
-        plan = self._plans.get(pkey)
-        if plan is None:
-            blocks, chunk = self._geometry(nbytes, 1)
-            plan = (self._launch("hp_copy_push", None, blocks, "copy"), chunk)
-            self._plans[pkey] = plan
+        plan = self._plan(("copy", nbytes), "hp_copy_push", None, nbytes, "copy")
         self._set(s.ptr, r.ptr, nbytes, stride, plan[1], root, rstride)
         self.rstride.value = rstride
         self._go(plan[0], stream_handle(stream, s), what)
