@@ -220,3 +220,18 @@ def test_torch_cpu_tensors(comm):
 def test_barrier(comm):
     for _ in range(20):
         comm.barrier()
+
+
+def test_transport_choice_follows_configuration(comm):
+    """HPCCL_TRANSPORT=mpi keeps every peer on MPI (even with ucxx installed); one node otherwise uses
+    shared memory; several nodes use the network transport for ranks of other nodes."""
+    from hpccl.transport.mpi import MpiTransport
+    from hpccl.transport.shm import ShmTransport
+    kinds = {type(t) for t in comm._prim._transport_of.values() if t is not None}
+    if config.get("HPCCL_TRANSPORT") == "mpi" and comm.size > 1:
+        assert kinds == {MpiTransport} and comm._path == "mpi"
+    elif comm.num_nodes == 1 and comm.size > 1:
+        assert kinds == {ShmTransport} and comm._path == "shm"
+    elif comm.num_nodes > 1:
+        assert comm._path in ("mpi", "ucx")
+        assert any(not isinstance(t, ShmTransport) for t in comm._prim._transport_of.values())
