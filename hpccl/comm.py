@@ -15,7 +15,7 @@ from .bootstrap import MpiBootstrap
 from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclUnsupported
 from .interop import CUDA, HOST, host_view, memory_kind, writable
 from .memory import host
-from .ops import SUM, ReduceOp, as_op, check_op_dtype
+from .ops import AVG, SUM, SUPPORTED, ReduceOp, as_op, check_op_dtype
 from .primitives import Primitives
 from .progress import Waiter
 from .topology import NodeMap, detect_nodes
@@ -214,6 +214,8 @@ class Communicator:
 
     @staticmethod
     def _view(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray]:
+        if type(obj) is np.ndarray and obj.flags.c_contiguous and obj.dtype in SUPPORTED:
+            return (obj if obj.ndim == 1 else obj.reshape(-1)), obj  # the common case, checked cheaply
         if memory_kind(obj) != HOST:
             raise HpcclUnsupported(f"argument '{name}': GPU buffers need hpccl's CUDA path "
                                    "(pip install hpccl[cuda]) and a GPU")
@@ -287,13 +289,14 @@ class Communicator:
             recv, result = self._out(recvbuf, send, send.size, "recvbuf")
         if send.size == 0:
             return result
-        if send is not recv and np.may_share_memory(send, recv) and np.shares_memory(send, recv):
+        if send is not recv and _may_overlap(send, recv) and np.shares_memory(send, recv):
             send = recv if _same(send, recv) else send.copy()
         op_ = op
 
         def go() -> None:
             self._dispatch("all_reduce", send.nbytes, send, recv, op_)
-            host.finish(recv, op_, self.size)
+            if op_ is AVG:
+                host.scale_avg(recv, self.size)
         self._submit("all_reduce", go)
         return result
 
@@ -515,6 +518,11 @@ class Communicator:
             self._sub[kind] = Communicator(sub, node_id=f"{kind}{self.node}" if kind == "intra" else None)
             sub.Free()
         return self._sub[kind]
+
+
+def _may_overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """Cheap first test: two arrays that each own their memory cannot overlap."""
+    return not (a.base is None and b.base is None) and np.may_share_memory(a, b)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -32,7 +32,7 @@ DTYPES: Dict[str, np.dtype] = {
         ("int64", np.int64), ("uint64", np.uint64), ("float16", np.float16),
         ("bfloat16", ml_dtypes.bfloat16), ("float32", np.float32), ("float64", np.float64)]
 }
-_SUPPORTED = set(DTYPES.values())
+SUPPORTED = frozenset(DTYPES.values())
 FLOATING = {DTYPES[n] for n in ("float16", "bfloat16", "float32", "float64")}
 
 #: the ufunc that combines two operands for each op (avg sums, then scales once at the end)
@@ -53,7 +53,7 @@ def as_op(op: Union[ReduceOp, str], argument: str = "op") -> ReduceOp:
 
 def check_dtype(dtype: np.dtype, argument: str) -> np.dtype:
     """Raise unless hpccl can move and reduce this dtype."""
-    if dtype not in _SUPPORTED:
+    if dtype not in SUPPORTED:
         raise HpcclInvalidArgument(argument, f"dtype {dtype} is not supported; use one of "
                                              f"{', '.join(DTYPES)}")
     return dtype

@@ -6,7 +6,7 @@ i+1, which every rank passes after finishing chunk i: one barrier per chunk is e
 algorithms, two for those that publish a result (twoshot)."""
 from __future__ import annotations
 
-from typing import Iterator, List, Tuple
+from typing import Iterable, Iterator, List, Tuple
 
 import numpy as np
 
@@ -15,12 +15,21 @@ from ..primitives import Primitives
 from .parts import offsets
 
 
-def _chunks(p: Primitives, count: int, itemsize: int, blocks: int = 1) -> Iterator[Tuple[int, int, int]]:
-    """Yield (first element, elements, byte offset of the half) for each chunk that fits a half window."""
+def _chunks(p: Primitives, count: int, itemsize: int, blocks: int = 1) -> Iterable[Tuple[int, int, int]]:
+    """(first element, elements, byte offset of the half) for each chunk that fits a half window; a
+    tuple when one chunk does (the small-message path, where a generator's cost shows)."""
     w = p.window
     half = (w.size // 2) // 64 * 64
     per = max(1, half // (itemsize * blocks))
-    for c0 in range(0, max(count, 1), per):
+    if count <= per:
+        base = w.phase * half
+        w.phase ^= 1
+        return ((0, count, base),)
+    return _chunk_iter(w, half, per, count)
+
+
+def _chunk_iter(w, half: int, per: int, count: int) -> Iterator[Tuple[int, int, int]]:
+    for c0 in range(0, count, per):
         base = w.phase * half
         w.phase ^= 1
         yield c0, min(per, count - c0), base
@@ -50,7 +59,14 @@ def _reduce_all(p: Primitives, out: np.ndarray, views: List[np.ndarray], op: Red
 
 
 def all_reduce_oneshot(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
-    for c0, e, base in _chunks(p, send.size, send.itemsize):
+    chunks = _chunks(p, send.size, send.itemsize)
+    if type(chunks) is tuple:  # one chunk: the latency path, no slicing of the user's buffers
+        views = _views(p, chunks[0][2], send.size, send.dtype)
+        p.copy(views[p.rank], send)
+        p.barrier_window()
+        _reduce_all(p, recv, views, op)
+        return
+    for c0, e, base in chunks:
         views = _views(p, base, e, send.dtype)
         p.copy(views[p.rank], send[c0:c0 + e])
         p.barrier_window()
