@@ -50,6 +50,7 @@ class GlooBaseline:
     def __init__(self, mpi_comm: Any) -> None:
         import torch
         import torch.distributed as dist
+        torch.set_num_threads(1)  # the timed ranks already fill the cores; idle pool threads would compete
         self.torch, self.dist = torch, dist
         port = None
         if mpi_comm.Get_rank() == 0:

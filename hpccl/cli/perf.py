@@ -6,6 +6,7 @@ numpy, and times the MPI library / gloo / NCCL on the same buffers in the same r
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -144,6 +145,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         except Exception as exc:  # noqa: BLE001 - a missing baseline must not stop the sweep
             if rank == 0:
                 print(f"# baseline {name} unavailable: {type(exc).__name__}: {exc}")
+    # Everything imported so far (torch for gloo is large) moves out of the collector's way, so a full
+    # collection triggered mid-sweep does not stall one rank for milliseconds and skew that size.
+    gc.collect()
+    gc.freeze()
     algos = [x for x in a.algo.split(",") if x] or [""]
     say = print if rank == 0 else (lambda *x, **k: None)
     say(f"# hpccl-perf {hpccl.__version__}: {n} ranks, {comm.num_nodes} node(s), dtype {a.dtype}, "
