@@ -20,4 +20,7 @@ else:
         result.update(error=type(exc).__name__, message=str(exc))
     result["seconds"] = time.monotonic() - t0
 print("RESULT " + json.dumps(result), flush=True)
+# The dangling Comm_idup would keep MPI_Finalize waiting: rank 0 ends the job, after a pause that lets
+# the other waiting ranks print their result first.
+time.sleep(1.5)
 MPI.COMM_WORLD.Abort(0) if r == 0 else time.sleep(5)
