@@ -241,6 +241,13 @@ class CudaComm:
                                              "GPU call, or HPCCL_CUDA_DEVICE)")
         return b
 
+    def _same_size_out(self, recvbuf: Any, s: DevBuf, input_name: str) -> DevBuf:
+        """recvbuf validated as an output of s's size that is s itself or does not overlap it."""
+        r = self._out(recvbuf, s, s.count, "recvbuf")
+        if r.ptr != s.ptr and overlaps(r, s):
+            raise HpcclInvalidArgument("recvbuf", f"partially overlaps {input_name}")
+        return r
+
     def _out(self, obj: Any, like: DevBuf, count: int, name: str) -> DevBuf:
         b = self._buf(obj, name)
         if b.dtype != like.dtype:
@@ -337,9 +344,7 @@ class CudaComm:
         if recvbuf is None:
             r, result = s, sendbuf
         else:
-            r, result = self._out(recvbuf, s, s.count, "recvbuf"), recvbuf
-            if r.ptr != s.ptr and overlaps(r, s):
-                raise HpcclInvalidArgument("recvbuf", "partially overlaps sendbuf (use the same buffer for in place)")
+            r, result = self._same_size_out(recvbuf, s, "sendbuf (use the same buffer for in place)"), recvbuf
         nbytes = s.nbytes
         if nbytes == 0:
             return result
@@ -375,9 +380,7 @@ class CudaComm:
             if recvbuf is None:
                 result = sendbuf
             else:
-                r = self._out(recvbuf, s, s.count, "recvbuf")
-                if r.ptr != s.ptr and overlaps(r, s):
-                    raise HpcclInvalidArgument("recvbuf", "partially overlaps sendbuf")
+                r = self._same_size_out(recvbuf, s, "sendbuf")
         elif recvbuf is not None:
             self._out(recvbuf, s, s.count, "recvbuf")
         nbytes = s.nbytes
@@ -460,9 +463,7 @@ class CudaComm:
             result = empty_like(s, shape_of(sendbuf))
             r = self._buf(result, "recvbuf")
         else:
-            r, result = self._out(recvbuf, s, s.count, "recvbuf"), recvbuf
-            if r.ptr != s.ptr and overlaps(r, s):
-                raise HpcclInvalidArgument("recvbuf", "partially overlaps sendbuf")
+            r, result = self._same_size_out(recvbuf, s, "sendbuf"), recvbuf
         seg = s.nbytes // self.size
         if seg == 0:
             return result
@@ -478,9 +479,7 @@ class CudaComm:
         if recvbuf is None:
             r, result = s, buf
         else:
-            r, result = self._out(recvbuf, s, s.count, "recvbuf"), recvbuf
-            if r.ptr != s.ptr and overlaps(r, s):
-                raise HpcclInvalidArgument("recvbuf", "partially overlaps buf")
+            r, result = self._same_size_out(recvbuf, s, "buf"), recvbuf
         if s.nbytes == 0:
             return result
         self._copy_coll("broadcast", s, r, s.nbytes, 0, 0, root, stream, key)
