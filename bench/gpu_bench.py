@@ -44,7 +44,6 @@ def main():
     import cupy
     from mpi4py import MPI
     import hpccl
-    from hpccl.cuda_comm import CudaComm
     from hpccl.cli.nccl_baseline import nccl_comm, nccl_launch
     from hpccl.ops import SUM
     mc = MPI.COMM_WORLD
@@ -52,14 +51,16 @@ def main():
     comm = hpccl.Communicator()
     dev = comm.local_rank % cupy.cuda.runtime.getDeviceCount()
     cupy.cuda.Device(dev).use()
-    cc = CudaComm(comm)
+    comm.all_reduce(cupy.ones(1, dtype=cupy.float32))  # builds the GPU side (kernel engine) on every rank
+    comm.synchronize()
+    eng = comm._dev.engine
     nc = nccl_comm(mc)
     stream = cupy.cuda.Stream(non_blocking=True)
     sp = stream.ptr
     rows = []
     say = (lambda *x: print(*x, flush=True)) if rank == 0 else (lambda *x: None)
     say(f"# hpccl GPU bench: {n} ranks, GPU {cupy.cuda.runtime.getDeviceProperties(dev)['name'].decode()}, "
-        f"transport {cc.transport}, slot {cc.args.slot} B, blocks<={cc.maxb}, threads {cc.threads}")
+        f"transport {eng.transport}, slot {eng.args.slot} B, blocks<={eng.maxb}, threads {eng.threads}")
 
     def timed(fn, iters, warmup):
         for _ in range(warmup):
@@ -73,12 +74,12 @@ def main():
         e1.record(stream)
         e1.synchronize()
         t = cupy.cuda.get_elapsed_time(e0, e1) / 1e3 / iters
-        cc.synchronize()
+        comm.synchronize()
         return mc.allreduce(t, op=MPI.MAX)
 
     def graph_time(fn, per_graph, reps):
         stream.synchronize()
-        cc.barrier(stream=stream)  # order the capture stream after earlier work of the communicator
+        comm.barrier(stream=stream)  # order the capture stream after earlier work of the communicator
         stream.synchronize()
         with stream:
             stream.begin_capture()
@@ -104,19 +105,19 @@ def main():
             mk = lambda c, v: cupy.full(c, v, dtype=dtmap[dtype])  # noqa: E731
         if coll == "all_reduce":
             x, y = mk(count, rank + 1), mk(count, 0)
-            f = lambda: cc.all_reduce(x, y, SUM, stream=stream)  # noqa: E731
+            f = lambda: comm.all_reduce(x, y, SUM, stream=stream)  # noqa: E731
             g = lambda: nccl_launch(nc, coll, _p(x), _p(y), count, dtype, sp)  # noqa: E731
         elif coll == "all_gather":
             x, y = mk(count // n, rank + 1), mk(count, 0)
-            f = lambda: cc.all_gather(x, y, stream=stream)  # noqa: E731
+            f = lambda: comm.all_gather(x, y, stream=stream)  # noqa: E731
             g = lambda: nccl_launch(nc, coll, _p(x), _p(y), count // n, dtype, sp)  # noqa: E731
         elif coll == "reduce_scatter":
             x, y = mk(count, rank + 1), mk(count // n, 0)
-            f = lambda: cc.reduce_scatter(x, y, SUM, stream=stream)  # noqa: E731
+            f = lambda: comm.reduce_scatter(x, y, SUM, stream=stream)  # noqa: E731
             g = lambda: nccl_launch(nc, coll, _p(x), _p(y), count // n, dtype, sp)  # noqa: E731
         elif coll == "broadcast":
             x, y = mk(count, rank + 1), mk(count, 0)
-            f = lambda: cc.broadcast(x, 0, y, stream=stream)  # noqa: E731
+            f = lambda: comm.broadcast(x, 0, recvbuf=y, stream=stream)  # noqa: E731
             g = lambda: nccl_launch(nc, coll, _p(x), _p(y), count, dtype, sp)  # noqa: E731
         size = count * isz
         it = iters_for(size)
@@ -131,7 +132,7 @@ def main():
                    nccl_graph_us=None if t_ng is None else t_ng * 1e6,
                    hpccl_busbw=size / t_h / 1e9 * bw, nccl_busbw=size / t_n / 1e9 * bw,
                    algbw=size / t_h / 1e9, ratio=t_n / t_h, correct=bool(mc.allreduce(int(ok), op=MPI.MIN)),
-                   algo=_algo(cc, coll, size))
+                   algo=_algo(comm, coll, size))
         rows.append(row)
         g_s = f"{row['hpccl_graph_us']:9.1f}" if t_g is not None else f"{'-':>9}"
         ng_s = f"{row['nccl_graph_us']:9.1f}" if t_ng is not None else f"{'-':>9}"
@@ -159,23 +160,20 @@ def main():
             t1 = time.perf_counter()
             stream.synchronize()
             return mc.allreduce((t1 - t0) / n_calls, op=MPI.MAX)
-        hc = host_cost(lambda: cc.all_reduce(x, y, SUM, stream=stream))
+        hc = host_cost(lambda: comm.all_reduce(x, y, SUM, stream=stream))
         ncost = host_cost(lambda: nccl_launch(nc, "all_reduce", x.data.ptr, y.data.ptr, 2, "float32", sp))
         via = None
-        if hasattr(comm, "_cuda_comm"):
-            comm._cuda = cc  # route the Communicator to this CudaComm
-            via = host_cost(lambda: comm.all_reduce(x, y, stream=stream))
         xt = None
         try:
             import torch
             xt = torch.ones(2, device=f"cuda:{dev}")
             yt = torch.zeros(2, device=f"cuda:{dev}")
             tst = torch.cuda.ExternalStream(sp)
-            tc = host_cost(lambda: cc.all_reduce(xt, yt, SUM, stream=tst))
+            tc = host_cost(lambda: comm.all_reduce(xt, yt, SUM, stream=tst))
         except Exception as exc:  # noqa: BLE001
             tc = None
             say(f"# torch host cost not measured: {exc}")
-        say(f"# host time per call (8 B all_reduce, no sync, 1000 calls): hpccl CudaComm {hc * 1e6:.2f} us"
+        say(f"# host time per call (8 B all_reduce, no sync, 1000 calls): hpccl Communicator.all_reduce {hc * 1e6:.2f} us"
             + (f", through Communicator.all_reduce {via * 1e6:.2f} us" if via else "")
             + (f", torch tensors {tc * 1e6:.2f} us" if tc else "")
             + f"; NCCL via CuPy {ncost * 1e6:.2f} us")
@@ -205,16 +203,17 @@ def main():
         say("#\n# sweep: all_reduce float32, forced algorithm x max blocks (host-launched)\n#" + head[1:])
         for algo in ("oneshot", "twoshot"):
             for blocks in (16, 32, 64):
-                cc.retune(algo, blocks)
+                comm._tuner.force("all_reduce", algo)
+                eng.set_blocks(blocks)
                 say(f"# algo {algo} blocks {blocks}")
                 for s in (1 << 20, 8 << 20, 64 << 20, 256 << 20, 1 << 30):
                     r = case("all_reduce", s, graph=False)
                     r["sweep"] = f"{algo}/b{blocks}"
-        cc.retune(None, 64)
+        comm._tuner.force("all_reduce", None)
+        eng.set_blocks(64)
     if rank == 0 and a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(ranks=n, transport=cc.transport, rows=rows), f, indent=1)
-    cc.close()
+            json.dump(dict(ranks=n, transport=eng.transport, rows=rows), f, indent=1)
     comm.destroy()
 
 
@@ -222,13 +221,9 @@ def _p(x):
     return x.data_ptr() if hasattr(x, "data_ptr") else x.data.ptr
 
 
-def _algo(cc, coll, size):
-    if coll != "all_reduce":
-        return "push"
-    for key, plan in cc._plans.items():
-        if key[0] == "ar" and key[3] == size:
-            return plan[2]
-    return "?"
+def _algo(comm, coll, size):
+    """The algorithm the one tuner picks for this device call."""
+    return comm._tuner.choose(coll, size, comm.algorithms(coll, "cuda"), "cuda")
 
 
 def _check(coll, y, rank, n):

@@ -346,13 +346,41 @@ extern "C" __global__ void __launch_bounds__(512) hp_p2p(P2PArgs pa) {
   if (t == 0) *ctr = k;
 }
 
+// ---- local steps of host-driven (network) algorithms on device memory ---------------------------------
+// The proxy thread runs hpccl's ring/tree schedules over UCX on device buffers; what arrives is combined
+// here, on the GPU: dst = a op b elementwise (avg combines as sum; hp_scale_local divides once at the end).
+template <int DT, int OP>
+__global__ void __launch_bounds__(512) hp_reduce_local(char* dst, const char* a, const char* b, u64 n) {
+  typedef typename Dt<DT>::T T;
+  const T* x = (const T*)a;
+  const T* y = (const T*)b;
+  T* d = (T*)dst;
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    d[i] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[i]), hp_load<DT>(y[i])));
+}
+
+template <int DT>
+__global__ void __launch_bounds__(512) hp_scale_local(char* buf, u64 n, int nranks) {
+  typedef typename Dt<DT>::T T;
+  T* d = (T*)buf;
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    d[i] = hp_store<DT>(hp_finish<DT, 4>(hp_load<DT>(d[i]), nranks));
+}
+
+// Holds a stream until the host writes gen (or more) into a mapped host word: the fallback when the
+// driver refuses cuStreamWaitValue32 on that memory. Times out like every other wait (error word set).
+extern "C" __global__ void hp_wait_host(const u32* word, u32 gen, u32* err, u64 timeout_ns) {
+  if (threadIdx.x == 0) hp_wait_geq(word, gen, err, timeout_ns);
+}
+
 #ifdef HPCCL_INSTANTIATE_ALL
 // For nvcc in CI (scripts/check_cuda.sh): instantiate every dtype x op, as NVRTC does on demand.
 #define HP_INST_OP(DT, OP)                                              \
   template __global__ void hp_reduce_push<DT, OP>(CommArgs);            \
-  template __global__ void hp_allreduce_twoshot<DT, OP>(CommArgs);
+  template __global__ void hp_allreduce_twoshot<DT, OP>(CommArgs);    \
+  template __global__ void hp_reduce_local<DT, OP>(char*, const char*, const char*, u64);
 #define HP_INST_INT(DT) HP_INST_OP(DT, 0) HP_INST_OP(DT, 1) HP_INST_OP(DT, 2) HP_INST_OP(DT, 3)
-#define HP_INST_FLT(DT) HP_INST_INT(DT) HP_INST_OP(DT, 4)
+#define HP_INST_FLT(DT) HP_INST_INT(DT) HP_INST_OP(DT, 4) template __global__ void hp_scale_local<DT>(char*, u64, int);
 HP_INST_INT(0)
 HP_INST_INT(1)
 HP_INST_INT(2)

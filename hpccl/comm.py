@@ -1,4 +1,12 @@
-"""The Communicator: validates calls, picks an algorithm, runs it over primitives, reports failures."""
+"""The Communicator, hpccl's one front end for every memory kind and node layout.
+
+Every public call validates its arguments once, with the same rules and messages for host and device
+buffers (through the memory component of the buffer's kind: memory.host or memory.cuda.DeviceMemory),
+before anything moves. It becomes a Call (collective, memory kind, stream, bytes, flat arguments), which
+runs at once or, inside group(), at the group's end. Running a Call asks the one Tuner for an algorithm
+from the one table (hpccl.algorithms) that serves this memory kind on this layout, and runs it: host
+schedules over primitives; GPU kernels over peer memory (one node); host schedules over device primitives
+on the network proxy (several nodes); or hier, composed of the sub-communicators' calls."""
 from __future__ import annotations
 
 import contextlib
@@ -9,13 +17,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 import numpy as np
 
 from . import config, log
-from .algorithms import ALGORITHMS
+from .algorithms import ALGORITHMS, Layout, eligible
 from .algorithms import hier
 from .bootstrap import MpiBootstrap
 from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclUnsupported
-from .interop import CUDA, HOST, host_view, memory_kind, writable
+from .interop import CUDA, HOST, memory_kind
 from .memory import host
-from .ops import AVG, SUM, SUPPORTED, ReduceOp, as_op, check_op_dtype
+from .ops import AVG, SUM, ReduceOp, as_op, check_op_dtype
 from .primitives import Primitives
 from .progress import Waiter
 from .topology import NodeMap, detect_nodes
@@ -25,6 +33,7 @@ from .transport.mpi import MpiTransport
 from .transport.shm import ShmTransport
 
 OpLike = Union[ReduceOp, str]
+FIRED = object()  # the device fast path replayed the call
 
 
 class Communicator:
@@ -38,13 +47,13 @@ class Communicator:
         self._destroyed = False
         self._aborted = False
         self._seq = 0
-        self._group: Optional[List[Tuple[str, Callable[[], None]]]] = None
+        self._group: Optional[List["Call"]] = None
         self._group_depth = 0
-        self._p2p: List[Tuple[str, int, np.ndarray]] = []
+        self._p2p: List[Tuple[str, int, Any, Any, Any]] = []  # (send|recv, peer, flat, memory, stream)
         self._sub: Dict[str, "Communicator"] = {}
         self._node_override = node_id
-        self._cuda: Any = None
-        self._eligible: Dict[str, List[str]] = {}
+        self._dev: Any = None  # device.DeviceSide, built at the first device call
+        self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
 
         names = self._boot.allgather(node_name(self._boot.world_rank, node_id))
@@ -82,6 +91,9 @@ class Communicator:
             want = config.get("HPCCL_SINGLE_COPY") and shm.cma_ok
             self._prim.single_copy = all(self._boot.allgather(want))
         from .tuning import Tuner
+        sizes = {len(self.nodes.ranks_on(nd)) for nd in range(self.num_nodes)}
+        self.layout = Layout(self.num_nodes, self.local_size, len(sizes) == 1, window is not None,
+                             self._prim.single_copy)
         self._tuner = Tuner(self._path, self.size, self.local_size, self.num_nodes)
         if config.get("HPCCL_CHECK_ENV"):
             self._check_env(shm)
@@ -96,6 +108,13 @@ class Communicator:
         HPCCL_TRANSPORT=mpi), else UCX when it loads (HPCCL_NET=ucx insists), else MPI."""
         if self.num_nodes == 1 and config.get("HPCCL_TRANSPORT") != "mpi":
             return None
+        t = self._new_net_transport()
+        self._transports.append(t)
+        return t
+
+    def _new_net_transport(self) -> Transport:
+        """A network transport of its own to every rank (collective): UCX when it loads, else MPI. The
+        device side builds a second one, so its proxy thread never shares one with host calls."""
         want = config.get("HPCCL_NET")
         if want not in ("", "ucx", "mpi"):
             raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not ucx or mpi")
@@ -110,7 +129,6 @@ class Communicator:
                 t = UcxTransport(self._boot, self.rank)
         if t is None:
             t = MpiTransport(self._boot.comm.Dup())
-        self._transports.append(t)
         return t
 
     def _check_env(self, shm: Optional[ShmTransport]) -> None:
@@ -157,10 +175,20 @@ class Communicator:
         finally:
             sub.Free()
 
+    def synchronize(self) -> None:
+        """Wait for this rank's GPU work on this communicator (kernels and network steps), then raise the
+        first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing."""
+        if self._dev is not None:
+            self._dev.synchronize()
+        for sub in self._sub.values():
+            sub.synchronize()
+
     def abort(self) -> None:
         """Mark this communicator failed and tell local peers, so they stop waiting."""
         if not self._aborted:
             self._aborted = True
+            if self._dev is not None and self._dev.engine is not None:
+                self._dev.engine._live = False  # no more replays of launch snapshots
             for t in self._transports:
                 t.abort()
 
@@ -168,9 +196,9 @@ class Communicator:
         """Release shared memory, endpoints and the private MPI communicator; safe to call twice."""
         if self._destroyed:
             return
-        if self._cuda is not None:
-            self._cuda.close()
-            self._cuda = None
+        if self._dev is not None:
+            self._dev.close()
+            self._dev = None
         for sub in self._sub.values():
             sub.destroy()
         self._sub = {}
@@ -205,6 +233,8 @@ class Communicator:
         if self._destroyed:
             raise HpcclInvalidUsage(f"{what} called on a destroyed communicator")
         if self._aborted:
+            if self._dev is not None:
+                self._dev.check(what)  # the GPU-side failure that aborted it, with its names
             raise HpcclInvalidUsage(f"{what} called on an aborted communicator (an earlier call failed)")
 
     def _rank_arg(self, value: int, name: str) -> int:
@@ -212,268 +242,416 @@ class Communicator:
             raise HpcclInvalidArgument(name, f"{value!r} is not a rank of this communicator (0..{self.size - 1})")
         return int(value)
 
-    @staticmethod
-    def _view(obj: Any, name: str) -> Tuple[np.ndarray, np.ndarray]:
-        if type(obj) is np.ndarray and obj.flags.c_contiguous and obj.dtype in SUPPORTED:
-            return (obj if obj.ndim == 1 else obj.reshape(-1)), obj  # the common case, checked cheaply
-        if memory_kind(obj) != HOST:
-            raise HpcclUnsupported(f"argument '{name}': GPU buffers need hpccl's CUDA path "
-                                   "(pip install hpccl[cuda]) and a GPU")
-        return host_view(obj, name)
+    def _memory(self, obj: Any, what: str) -> Any:
+        """The memory component for obj's kind (host module, or this rank's DeviceMemory)."""
+        if type(obj) is np.ndarray or memory_kind(obj) == HOST:
+            return host
+        dev = self._device()
+        dev.check(what)
+        return dev.mem
 
-    def _out(self, obj: Any, like: np.ndarray, count: int, name: str) -> Tuple[np.ndarray, Any]:
-        """Validate (or allocate) an output buffer of ``count`` elements of ``like``'s dtype."""
+    def _device(self) -> Any:
+        if self._dev is None:
+            from .device import DeviceSide
+            self._dev = DeviceSide(self)
+        return self._dev
+
+    def _out(self, m: Any, obj: Any, like: Any, count: int, name: str) -> Tuple[Any, Any]:
+        """Validate (or allocate) an output buffer of ``count`` elements of ``like``'s dtype, same memory."""
         if obj is None:
-            arr = np.empty(count, dtype=like.dtype)
-            return arr, arr
-        flat, _ = self._view(obj, name)
-        writable(flat, name)
-        if flat.dtype != like.dtype:
-            raise HpcclInvalidArgument(name, f"dtype {flat.dtype} differs from sendbuf's {like.dtype}")
+            return m.empty_out((count,), None, like)
+        if self._memory(obj, name) is not m:
+            raise HpcclInvalidArgument(name, f"is {memory_kind(obj)} memory but the input is {m.kind} memory")
+        flat, _ = m.view(obj, name)
+        m.writable(flat, name)
+        if m.dtype(flat) != m.dtype(like):
+            raise HpcclInvalidArgument(name, f"dtype {m.dtype(flat)} differs from sendbuf's {m.dtype(like)}")
         if flat.size != count:
             raise HpcclInvalidArgument(name, f"has {flat.size} elements, needs {count}")
         return flat, obj
 
     # ----- running ---------------------------------------------------------------------------------
-    def algorithms(self, coll: str) -> List[str]:
-        """The algorithms this communicator can run for ``coll`` (window ones need one shm node)."""
-        names = self._eligible.get(coll)
+    def algorithms(self, coll: str, kind: str = HOST) -> List[str]:
+        """The algorithms this communicator can run for ``coll`` on ``kind`` memory ('host' or 'cuda')."""
+        names = self._eligible.get((coll, kind))
         if names is None:
-            names = [a for a, spec in ALGORITHMS[coll].items()
-                     if (not spec.needs_window or self._prim.window is not None)
-                     and (not spec.needs_single_copy or self._prim.single_copy)]
-            if self.num_nodes > 1 and hier.supports(self, coll):
-                names.append("hier")
-            self._eligible[coll] = names
+            names = self._eligible[(coll, kind)] = eligible(coll, kind, self.layout)
         return names
 
-    def _run(self, coll: str, fn: Callable[[], None]) -> None:
+    def _run(self, call: "Call") -> None:
         self._seq += 1
-        self._waiter.collective, self._waiter.seq = coll, self._seq
+        self._waiter.collective, self._waiter.seq = call.coll, self._seq
         for t in self._transports:
             t.announce(self._seq)
         try:
-            fn()
+            if call.fn is not Communicator._collective:
+                call.fn(self, call)
+            elif call.mem is host:
+                self._collective(call)
+            else:
+                self._run_device(call)
         except HpcclError:
             self.abort()
             raise
 
-    def _submit(self, coll: str, fn: Callable[[], None]) -> None:
+    def _submit(self, call: "Call") -> None:
         if self._group is not None:
-            self._group.append((coll, fn))
+            self._group.append(call)
         else:
-            self._run(coll, fn)
+            self._run(call)
 
-    def _dispatch(self, coll: str, nbytes: int, *args: Any) -> None:
-        algo = self._tuner.choose(coll, nbytes, self.algorithms(coll))
+    def _choose(self, coll: str, nbytes: int, kind: str) -> str:
+        algo = self._tuner.choose(coll, nbytes, self.algorithms(coll, kind), kind)
         if self._trace:
-            log.trace("COLL", "%s #%d %d B algo %s", coll, self._seq, nbytes, algo)
+            log.trace("COLL", "%s #%d %d B %s algo %s", coll, self._seq, nbytes, kind, algo)
+        return algo
+
+    def _collective(self, call: "Call") -> None:
+        """Run a validated collective Call on host memory: the chosen algorithm, then the op's last step."""
+        coll, args = call.coll, call.args
+        algo = self._choose(coll, call.nbytes, HOST)
         if algo == "hier":
             hier.run(self, coll, *args)
         else:
             ALGORITHMS[coll][algo].fn(self._prim, *args)
+        if call.finish is not None:
+            host.finish(call.finish, call.op, self.size)
+
+    def _run_device(self, call: "Call") -> None:
+        """Device Calls: kernels (one node), hier, or a host schedule on the network proxy."""
+        dev = self._dev
+        coll, args, st = call.coll, call.args, call.stream
+        algo = self._choose(coll, call.nbytes, CUDA)
+        spec = ALGORITHMS[coll].get(algo)
+        if spec is not None and spec.cuda_scope == "node":
+            eng = dev.engine
+            spec.cuda(eng, *args, st)
+            eng.remember(call.key)
+            return
+        finish = call.finish
+        if algo == "hier":
+            self._check_capture(st, coll)
+            from .device import stream_context
+            with stream_context(dev.device, st):
+                hier.run(self, coll, *args, stream=st)
+                if finish is not None:
+                    dev.mem.finish(finish, call.op, self.size)
+            return
+        prim, seq, size, op = dev.prim, self._seq, self.size, call.op
+
+        def step() -> None:
+            dev.waiter.collective, dev.waiter.seq = coll, seq
+            spec.cuda(prim, *args)
+            if finish is not None:
+                prim.mem.finish(finish, op, size)
+        dev.proxy.enqueue(st, step, f"{coll} #{seq}")
+
+    def _check_capture(self, stream: int, what: str) -> None:
+        """Calls whose algorithm has a network step refuse a capturing stream before enqueuing anything."""
+        if self.num_nodes > 1:
+            import cupy
+            try:
+                capturing = cupy.cuda.runtime.streamIsCapturing(stream)
+            except Exception:  # noqa: BLE001
+                capturing = False
+            if capturing:
+                raise HpcclUnsupported(f"{what}: on a communicator spanning nodes this call needs a network "
+                                       "step driven by the host (UCX), which a CUDA graph cannot hold; "
+                                       "capture only single-node calls")
+
+    def _flat(self, coll: str, *args: Any, stream: Any = None) -> None:
+        """Run a collective on flat, already validated arrays (hier's sub-steps): no second validation."""
+        m = host if isinstance(args[0], np.ndarray) else self._device().mem
+        self._run(Call(coll, m, stream, args[1].nbytes if coll == "all_gather" else args[0].nbytes, args))
+
+    def _fast(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any) -> Any:
+        """A repeated single-node device call replays its launch snapshot (returns FIRED when it did) or
+        returns the key to snapshot this call under; host buffers and groups never take this path."""
+        eng = self._dev.engine
+        if eng is None or self._group is not None:
+            return None
+        key = eng.fast_key(coll, sendbuf, recvbuf, op, root, stream)
+        if key is not None and eng.fire(key):
+            return FIRED
+        return key
+
+    def _unalias(self, m: Any, send: Any, recv: Any, stream: Any, key: Any,
+                 block: Optional[int] = None) -> Tuple[Any, Any]:
+        """(input, fast-path key): an input that overlaps the output other than as the output itself (or,
+        for all_gather and reduce_scatter, as this rank's own block) is copied first, on both memory kinds;
+        a call that needed the copy is never replayed from a snapshot (the copy is new each time)."""
+        out = self._overlap(m, send, recv, stream, block)
+        return out, (key if out is send or m.same(out, send) else None)
+
+    def _overlap(self, m: Any, send: Any, recv: Any, stream: Any, block: Optional[int]) -> Any:
+        if send is recv or not m.shares(send, recv):
+            return send
+        if block is None:
+            return recv if m.same(send, recv) else m.clone(send, stream)
+        big, small = (recv, send) if recv.size > send.size else (send, recv)
+        c = small.size
+        return send if m.same(big[block * c:(block + 1) * c], small) else m.clone(send, stream)
 
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
         """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
+        key = None
+        if self._dev is not None and type(sendbuf) is not np.ndarray:
+            key = self._fast("ar", sendbuf, recvbuf, op, -1, stream)
+            if key is FIRED:
+                return sendbuf if recvbuf is None else recvbuf
         self._alive("all_reduce")
         op = as_op(op)
-        if memory_kind(sendbuf) == CUDA:
-            return self._cuda_comm().all_reduce(sendbuf, recvbuf, op, stream)
-        send, _ = self._view(sendbuf, "sendbuf")
-        check_op_dtype(op, send.dtype)
+        m = self._memory(sendbuf, "all_reduce")
+        send, _ = m.view(sendbuf, "sendbuf")
+        check_op_dtype(op, m.dtype(send))
         if recvbuf is None:
-            writable(send, "sendbuf")
+            m.writable(send, "sendbuf")
             recv, result = send, sendbuf
         else:
-            recv, result = self._out(recvbuf, send, send.size, "recvbuf")
+            recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
+        st = m.stream(stream, sendbuf)
         if send.size == 0:
             return result
-        if send is not recv and _may_overlap(send, recv) and np.shares_memory(send, recv):
-            send = recv if _same(send, recv) else send.copy()
-        op_ = op
-
-        def go() -> None:
-            self._dispatch("all_reduce", send.nbytes, send, recv, op_)
-            if op_ is AVG:
-                host.scale_avg(recv, self.size)
-        self._submit("all_reduce", go)
+        send, key = self._unalias(m, send, recv, st, key)
+        self._submit(Call("all_reduce", m, st, send.nbytes, (send, recv, op), op=op,
+                          finish=recv if op is AVG else None, key=key))
         return result
 
     def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
                stream: Any = None) -> Any:
         """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
+        key = None
+        if self._dev is not None and type(sendbuf) is not np.ndarray:
+            key = self._fast("red", sendbuf, recvbuf, op, root, stream)
+            if key is FIRED:
+                return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
         self._alive("reduce")
         root = self._rank_arg(root, "root")
         op = as_op(op)
-        if memory_kind(sendbuf) == CUDA:
-            return self._cuda_comm().reduce(sendbuf, recvbuf, root, op, stream)
-        send, _ = self._view(sendbuf, "sendbuf")
-        check_op_dtype(op, send.dtype)
+        m = self._memory(sendbuf, "reduce")
+        send, _ = m.view(sendbuf, "sendbuf")
+        check_op_dtype(op, m.dtype(send))
         if self.rank == root:
             if recvbuf is None:
-                writable(send, "sendbuf")
+                m.writable(send, "sendbuf")
                 recv, result = send, sendbuf
             else:
-                recv, result = self._out(recvbuf, send, send.size, "recvbuf")
+                recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
         else:
-            recv = self._out(recvbuf, send, send.size, "recvbuf")[0] if recvbuf is not None else send
+            recv = self._out(m, recvbuf, send, send.size, "recvbuf")[0] if recvbuf is not None else send
             result = recvbuf
+        st = m.stream(stream, sendbuf)
         if send.size == 0:
             return result
-        if self.rank == root and np.shares_memory(send, recv) and not _same(send, recv):
-            send = send.copy()
-        if self.rank != root:
+        if self.rank == root:
+            send, key = self._unalias(m, send, recv, st, key)
+        else:
             recv = send  # algorithms never write a non-root's output
-
-        def go() -> None:
-            self._dispatch("reduce", send.nbytes, send, recv, root, op)
-            if self.rank == root:
-                host.finish(recv, op, self.size)
-        self._submit("reduce", go)
+        self._submit(Call("reduce", m, st, send.nbytes, (send, recv, root, op), op=op,
+                          finish=recv if op is AVG and self.rank == root else None, key=key))
         return result
 
     def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None, stream: Any = None) -> Any:
         """Root's buf reaches every rank: in place in buf, or into recvbuf when given."""
+        key = None
+        if self._dev is not None and type(buf) is not np.ndarray:
+            key = self._fast("bc", buf, recvbuf, None, root, stream)
+            if key is FIRED:
+                return buf if recvbuf is None else recvbuf
         self._alive("broadcast")
         root = self._rank_arg(root, "root")
-        if memory_kind(buf) == CUDA:
-            return self._cuda_comm().broadcast(buf, root, recvbuf, stream)
-        send, _ = self._view(buf, "buf")
+        m = self._memory(buf, "broadcast")
+        send, _ = m.view(buf, "buf")
         if recvbuf is None:
             if self.rank != root:
-                writable(send, "buf")
+                m.writable(send, "buf")
             recv, result = send, buf
         else:
-            recv, result = self._out(recvbuf, send, send.size, "recvbuf")
+            recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
+        st = m.stream(stream, buf)
         if send.size == 0:
             return result
-        if np.shares_memory(send, recv) and not _same(send, recv):
-            send = send.copy()
-        self._submit("broadcast", lambda: self._dispatch("broadcast", send.nbytes, send, recv, root))
+        send, key = self._unalias(m, send, recv, st, key)
+        self._submit(Call("broadcast", m, st, send.nbytes, (send, recv, root), key=key))
         return result
 
     def all_gather(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """recvbuf holds every rank's sendbuf in rank order (size x count); allocated when None.
         In place when sendbuf is recvbuf's own block (recvbuf[rank*count:(rank+1)*count])."""
+        key = None
+        if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
+            key = self._fast("ag", sendbuf, recvbuf, None, -1, stream)
+            if key is FIRED:
+                return recvbuf
         self._alive("all_gather")
-        if memory_kind(sendbuf) == CUDA:
-            return self._cuda_comm().all_gather(sendbuf, recvbuf, stream)
-        send, shaped = self._view(sendbuf, "sendbuf")
+        m = self._memory(sendbuf, "all_gather")
+        send, shaped = m.view(sendbuf, "sendbuf")
         if recvbuf is None:
-            out = np.empty((self.size,) + shaped.shape, dtype=send.dtype)
-            recv, result = out.reshape(-1), out
+            recv, result = m.empty_out((self.size,) + tuple(shaped.shape), sendbuf, send)
         else:
-            recv, result = self._out(recvbuf, send, send.size * self.size, "recvbuf")
+            recv, result = self._out(m, recvbuf, send, send.size * self.size, "recvbuf")
+        st = m.stream(stream, sendbuf)
         if send.size == 0:
             return result
-        c = send.size
-        if np.shares_memory(send, recv):
-            mine = recv[self.rank * c:(self.rank + 1) * c]
-            if not _same(send, mine):
-                send = send.copy()
-            else:
-                send = mine
-        self._submit("all_gather", lambda: self._dispatch("all_gather", recv.nbytes, send, recv))
+        send, key = self._unalias(m, send, recv, st, key, block=self.rank)
+        self._submit(Call("all_gather", m, st, recv.nbytes, (send, recv), key=key))
         return result
 
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
                        stream: Any = None) -> Any:
         """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
+        key = None
+        if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
+            key = self._fast("rs", sendbuf, recvbuf, op, -1, stream)
+            if key is FIRED:
+                return recvbuf
         self._alive("reduce_scatter")
         op = as_op(op)
-        if memory_kind(sendbuf) == CUDA:
-            return self._cuda_comm().reduce_scatter(sendbuf, recvbuf, op, stream)
-        send, _ = self._view(sendbuf, "sendbuf")
-        check_op_dtype(op, send.dtype)
+        m = self._memory(sendbuf, "reduce_scatter")
+        send, _ = m.view(sendbuf, "sendbuf")
+        check_op_dtype(op, m.dtype(send))
         if send.size % self.size:
             raise HpcclInvalidArgument("sendbuf", f"has {send.size} elements, not a multiple of the "
                                                   f"communicator size {self.size}")
         c = send.size // self.size
-        recv, result = self._out(recvbuf, send, c, "recvbuf")
+        if recvbuf is None:
+            recv, result = m.empty_out((c,), sendbuf, send)
+        else:
+            recv, result = self._out(m, recvbuf, send, c, "recvbuf")
+        st = m.stream(stream, sendbuf)
         if c == 0:
             return result
-        if np.shares_memory(send, recv) and not _same(recv, send[self.rank * c:(self.rank + 1) * c]):
-            send = send.copy()
-
-        def go() -> None:
-            self._dispatch("reduce_scatter", send.nbytes, send, recv, op)
-            host.finish(recv, op, self.size)
-        self._submit("reduce_scatter", go)
+        send, key = self._unalias(m, send, recv, st, key, block=self.rank)
+        self._submit(Call("reduce_scatter", m, st, send.nbytes, (send, recv, op), op=op,
+                          finish=recv if op is AVG else None, key=key))
         return result
 
     def all_to_all(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """Block j of rank i's sendbuf becomes block i of rank j's recvbuf."""
+        key = None
+        if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
+            key = self._fast("a2a", sendbuf, recvbuf, None, -1, stream)
+            if key is FIRED:
+                return recvbuf
         self._alive("all_to_all")
-        if memory_kind(sendbuf) == CUDA:
-            return self._cuda_comm().all_to_all(sendbuf, recvbuf, stream)
-        send, _ = self._view(sendbuf, "sendbuf")
+        m = self._memory(sendbuf, "all_to_all")
+        send, shaped = m.view(sendbuf, "sendbuf")
         if send.size % self.size:
             raise HpcclInvalidArgument("sendbuf", f"has {send.size} elements, not a multiple of the "
                                                   f"communicator size {self.size}")
-        recv, result = self._out(recvbuf, send, send.size, "recvbuf")
+        if recvbuf is None:
+            recv, result = m.empty_out(tuple(shaped.shape), sendbuf, send)
+        else:
+            recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
+        st = m.stream(stream, sendbuf)
         if send.size == 0:
             return result
-        if np.shares_memory(send, recv):
-            send = send.copy()
-        self._submit("all_to_all", lambda: self._dispatch("all_to_all", send.nbytes, send, recv))
+        if send is recv or m.shares(send, recv):  # in place too: blocks are read after writes start
+            send, key = m.clone(send, st), None
+        self._submit(Call("all_to_all", m, st, send.nbytes, (send, recv), key=key))
         return result
 
     def barrier(self, *, stream: Any = None) -> None:
-        """Return once every rank has called barrier."""
+        """Return once every rank has called barrier; with a stream, a stream-ordered barrier instead:
+        work after it on ``stream`` starts once every rank's stream got there (no host wait)."""
         self._alive("barrier")
         if stream is not None:
-            self._cuda_comm().barrier(stream)
-            return
+            dev = self._device()
+            dev.check("barrier")
+            st = dev.mem.stream(stream, None)
+            if dev.engine is not None:
+                return self._submit(Call("barrier", dev.mem, st, 0, (), fn=lambda c, call: dev.engine.barrier(st)))
+            z = dev.mem.empty(0, np.dtype(np.uint8))
+            return self._submit(Call("barrier", dev.mem, st, 0, (), fn=lambda c, call: c._net_barrier(call, z)))
+        self._submit(Call("barrier", host, None, 0, (), fn=Communicator._host_barrier))
 
-        def go() -> None:
-            if self._prim.window is not None:
-                self._prim.barrier_window()
-            else:
-                z = np.zeros(0, dtype=np.uint8)
-                n, r, k = self.size, self.rank, 1
-                while k < n:  # dissemination
-                    self._prim.exchange([((r + k) % n, z)], [((r - k) % n, z, None)])
-                    k <<= 1
-        self._submit("barrier", go)
+    def _host_barrier(self, call: "Call") -> None:
+        if self._prim.window is not None:
+            self._prim.barrier_window()
+        else:
+            self._dissemination(self._prim, np.zeros(0, dtype=np.uint8))
+
+    def _net_barrier(self, call: "Call", z: Any) -> None:
+        prim, seq = self._dev.prim, self._seq
+        self._check_capture(call.stream, "barrier")
+        self._dev.proxy.enqueue(call.stream, lambda: self._dissemination(prim, z), f"barrier #{seq}")
+
+    def _dissemination(self, prim: Primitives, z: Any) -> None:
+        n, r, k = self.size, self.rank, 1
+        while k < n:
+            prim.exchange([((r + k) % n, z)], [((r - k) % n, z, None)])
+            k <<= 1
 
     # ----- point to point and groups ---------------------------------------------------------------
     def send(self, buf: Any, peer: int, *, stream: Any = None) -> None:
         """Send buf to peer (matched in order with the peer's recv from this rank)."""
-        self._alive("send")
-        peer = self._rank_arg(peer, "peer")
-        if memory_kind(buf) == CUDA:
-            if self._group is not None:
-                self._p2p.append(("send", peer, buf))
-                return
-            return self._cuda_comm().send(buf, peer, stream)
-        flat, _ = self._view(buf, "buf")
-        if self._group is not None:
-            self._p2p.append(("send", peer, flat))
-        else:
-            self._run("send", lambda: self._prim.send(peer, flat))
+        self._p2p_call("send", buf, peer, stream)
 
     def recv(self, buf: Any, peer: int, *, stream: Any = None) -> Any:
         """Receive from peer into buf (same byte size as the peer's send)."""
-        self._alive("recv")
-        peer = self._rank_arg(peer, "peer")
-        if memory_kind(buf) == CUDA:
-            if self._group is not None:
-                self._p2p.append(("recv", peer, buf))
-                return buf
-            return self._cuda_comm().recv(buf, peer, stream)
-        flat, _ = self._view(buf, "buf")
-        writable(flat, "buf")
-        if self._group is not None:
-            self._p2p.append(("recv", peer, flat))
-        else:
-            self._run("recv", lambda: self._prim.recv(peer, flat))
+        self._p2p_call("recv", buf, peer, stream)
         return buf
+
+    def _p2p_call(self, kind: str, buf: Any, peer: int, stream: Any) -> None:
+        self._alive(kind)
+        peer = self._rank_arg(peer, "peer")
+        m = self._memory(buf, kind)
+        flat, _ = m.view(buf, "buf")
+        if kind == "recv":
+            m.writable(flat, "buf")
+        st = m.stream(stream, buf)
+        item = (kind, peer, flat, m, st)
+        if self._group is not None:
+            self._p2p.append(item)
+        else:
+            self._run_p2p([item])
+
+    def _run_p2p(self, items: List[Tuple[str, int, Any, Any, Any]]) -> None:
+        """Sends and receives run together, host and device each as one Call (no ordering deadlock)."""
+        hosts = [x for x in items if x[3] is host]
+        devs = [x for x in items if x[3] is not host]
+        if hosts:
+            sends = [(peer, b) for k, peer, b, _, _ in hosts if k == "send"]
+            recvs = [(peer, b, None) for k, peer, b, _, _ in hosts if k == "recv"]
+            what = hosts[0][0] if len(hosts) == 1 else "group(send/recv)"
+            self._run(Call(what, host, None, 0, (),
+                           fn=lambda c, call: c._prim.exchange(sends, recvs)))
+        if devs:
+            self._run(Call("group(send/recv)", devs[0][3], devs[0][4], 0, tuple(devs),
+                           fn=Communicator._device_p2p))
+
+    def _device_p2p(self, call: "Call") -> None:
+        """Device sends/receives of one group on the first op's stream; other streams are joined to it
+        before (their earlier work) and after (the results), as NCCL ties a group's streams."""
+        dev, items, st = self._dev, call.args, call.stream
+        others = sorted({x[4] for x in items} - {st})
+        import cupy
+        rt = cupy.cuda.runtime
+
+        def join(src: int, dst: int) -> None:
+            ev = cupy.cuda.Event(block=False, disable_timing=True)
+            rt.eventRecord(ev.ptr, src)
+            rt.streamWaitEvent(dst, ev.ptr, 0)
+        for o in others:
+            join(o, st)
+        sends = [(peer, b) for k, peer, b, _, _ in items if k == "send"]
+        recvs = [(peer, b) for k, peer, b, _, _ in items if k == "recv"]
+        if dev.engine is not None:
+            dev.engine.group_p2p(sends, recvs, st)
+        else:
+            self._check_capture(st, "send/recv")
+            prim, seq = dev.prim, self._seq
+            dev.proxy.enqueue(st, lambda: prim.exchange(sends, [(p, b, None) for p, b in recvs]),
+                              f"send/recv #{seq}")
+        for o in others:
+            join(st, o)
 
     @contextlib.contextmanager
     def group(self) -> Iterator[None]:
-        """Like ncclGroupStart/End: sends and receives inside run together at the end (no deadlock
-        from ordering); collectives inside run after them, in call order."""
+        """Like ncclGroupStart/End, for host and device buffers alike: sends and receives inside run
+        together at the end (no deadlock from ordering); collectives inside run after them, in call
+        order. Nothing inside runs before the group ends."""
         self._alive("group")
         outer = self._group_depth == 0
         if outer:
@@ -488,26 +666,23 @@ class Communicator:
         finally:
             self._group_depth -= 1
         if outer:
-            ops, p2p = self._group, self._p2p
+            calls, p2p = self._group, self._p2p
             self._group, self._p2p = None, []
-            dev = [x for x in p2p if not isinstance(x[2], np.ndarray)]
-            p2p = [x for x in p2p if isinstance(x[2], np.ndarray)]
-            if dev:
-                self._cuda_comm().group_p2p([(peer, b) for kind, peer, b in dev if kind == "send"],
-                                            [(peer, b) for kind, peer, b in dev if kind == "recv"], None)
+            for call in calls:  # a graph-capture refusal comes before anything of the group is enqueued
+                if call.mem is not host and call.stream is not None:
+                    self._check_capture_for(call)
             if p2p:
-                sends = [(peer, b) for kind, peer, b in p2p if kind == "send"]
-                recvs = [(peer, b, None) for kind, peer, b in p2p if kind == "recv"]
-                self._run("group(send/recv)", lambda: self._prim.exchange(sends, recvs))
-            for coll, fn in ops:
-                self._run(coll, fn)
+                self._run_p2p(p2p)
+            for call in calls:
+                self._run(call)
 
-    def _cuda_comm(self):
-        """The GPU side of this communicator (peer memory, kernels), built on first use."""
-        if self._cuda is None:
-            from .cuda_comm import CudaComm
-            self._cuda = CudaComm(self)
-        return self._cuda
+    def _check_capture_for(self, call: "Call") -> None:
+        if call.coll in ("barrier", "group(send/recv)"):
+            return self._check_capture(call.stream, call.coll)
+        algo = self._choose(call.coll, call.nbytes, CUDA)
+        spec = ALGORITHMS[call.coll].get(algo)
+        if spec is None or spec.cuda_scope != "node":
+            self._check_capture(call.stream, call.coll)
 
     # ----- sub-communicators for hierarchical algorithms ----------------------------------------------
     def _subcomm(self, kind: str) -> Optional["Communicator"]:
@@ -520,15 +695,17 @@ class Communicator:
         return self._sub[kind]
 
 
-def _may_overlap(a: np.ndarray, b: np.ndarray) -> bool:
-    """Cheap first test: two arrays that each own their memory cannot overlap."""
-    return not (a.base is None and b.base is None) and np.may_share_memory(a, b)
+class Call:
+    """One validated collective (or group of sends/receives): what the front end hands to an algorithm.
+    ``finish`` is the output avg divides at the end; ``key`` the device fast path's snapshot key."""
 
+    __slots__ = ("coll", "mem", "stream", "nbytes", "args", "op", "finish", "key", "fn")
 
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """The two views cover exactly the same memory."""
-    return (a.size == b.size and a.dtype == b.dtype
-            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
+    def __init__(self, coll: str, mem: Any, stream: Any, nbytes: int, args: tuple, op: Any = None,
+                 finish: Any = None, key: Any = None, fn: Optional[Callable] = None) -> None:
+        self.coll, self.mem, self.stream, self.nbytes, self.args = coll, mem, stream, nbytes, args
+        self.op, self.finish, self.key = op, finish, key
+        self.fn = fn or Communicator._collective
 
 
 def init(mpi_comm: Any = None, **kwargs: Any) -> Communicator:

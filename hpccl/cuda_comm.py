@@ -1,14 +1,16 @@
-"""The CUDA path of a Communicator: collectives on device buffers as stream-ordered kernels over peer
-memory (hpccl/transport/cuda_ipc.py), with no host round trip, allocation or host sync inside an op,
-so a CUDA graph can capture and replay them.
+"""The GPU kernel algorithms of a single-node communicator: collectives on device buffers as stream-ordered
+kernels over peer memory (hpccl/transport/cuda_ipc.py), with no host round trip, allocation or host sync
+inside an op, so a CUDA graph can capture and replay them.
 
-A Communicator creates one CudaComm lazily, at the first call with a device buffer (on every rank
-together), and delegates: all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all,
-send, recv, group_p2p, barrier, close. Each returns the output object, like the host path.
+The front end (hpccl.comm) validates every call and picks the algorithm from the one table
+(hpccl.algorithms); the table's GPU entries (oneshot, twoshot, push, p2p) call the methods here with
+flat CuPy views and a stream handle. One CudaComm per single-node communicator, built lazily at the
+first device call (on every rank together).
 
-Launch cost matters as much as the kernels at small sizes: a call validates its buffers from a few
-attribute reads, looks its plan up in a dict, writes the changed fields of one pre-packed ctypes
-argument struct and calls cuLaunchKernel through ctypes (hpccl/kernels.py).
+Launch cost matters as much as the kernels at small sizes: a call looks its plan up in a dict, writes the
+changed fields of one pre-packed ctypes argument struct and calls cuLaunchKernel through ctypes
+(hpccl/kernels.py); a repeated call on the same buffers and stream replays a snapshot of its launch
+before any Python-side validation (fast(), remember()).
 """
 from __future__ import annotations
 
@@ -16,17 +18,21 @@ import ctypes
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import config, log
-from .errors import (HpcclInvalidArgument, HpcclInvalidUsage, HpcclSystemError, HpcclTimeoutError,
-                     HpcclUnsupported)
+from .errors import HpcclInvalidUsage, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
 from .kernels import (DTYPE_IDS, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS, CommArgs, Driver,
                       Kernels, Launch, P2PArgs)
-from .memory.cuda import DevBuf, device_view, empty_like, overlaps, shape_of, stream_handle
-from .ops import ReduceOp, check_op_dtype
+from .memory.cuda import DeviceMemory, device_view, stream_handle
+from .ops import ReduceOp
 from .transport.cuda_ipc import PeerMemory
 
 
 P2P_BLOCKS = 8  # channels (thread blocks) per send or receive
 FAST_ENTRIES = 512  # cached launches (per communicator) for repeated calls on the same buffers
+
+
+def _logical(a: Any) -> Any:
+    """The hpccl dtype of a flat CuPy view (bfloat16 travels as uint16)."""
+    return DeviceMemory.dtype(a)
 
 
 def _dtid(dtype: Any) -> int:
@@ -40,44 +46,6 @@ def _dtid(dtype: Any) -> int:
 _DTID: Dict[Any, int] = {}
 
 
-
-
-class DeviceTuner:
-    """Device cost model: t = launch + steps * sync + bytes over link (+ reduction traffic over HBM).
-    Terms measured on 2x H200 NV18 (docs/GPU.md); HPCCL_ALGO ('all_reduce:oneshot|twoshot') overrides."""
-
-    LAUNCH = 4e-6
-    SYNC = 2.5e-6
-    ONESHOT_BW = 324e9   # bytes/s pushed to one peer, reduction included (2x H200, 64 blocks, 1 GiB)
-    TWOSHOT_BW = 342e9
-
-    def __init__(self, nranks: int) -> None:
-        self.n = nranks
-        from .tuning import _parse_override
-        self.override = _parse_override(config.get("HPCCL_ALGO"))
-        self._cache: Dict[Tuple[str, int], str] = {}
-
-    def predict(self, coll: str, algo: str, nbytes: int) -> float:
-        n, N = self.n, float(nbytes)
-        if algo == "oneshot":
-            return self.LAUNCH + self.SYNC + (n - 1) * N / self.ONESHOT_BW
-        if algo == "twoshot":
-            return self.LAUNCH + 2 * self.SYNC + 2 * (n - 1) / n * N / self.TWOSHOT_BW
-        raise KeyError(algo)
-
-    def choose(self, coll: str, nbytes: int, names: Sequence[str]) -> str:
-        key = (coll, nbytes.bit_length())
-        hit = self._cache.get(key)
-        if hit is None:
-            forced = self.override.get(coll) or self.override.get("*")
-            if forced in names:
-                hit = forced
-            else:
-                probe = 3 << max(0, nbytes.bit_length() - 2) if nbytes > 1 else nbytes
-                hit = min(names, key=lambda a: self.predict(coll, a, probe))
-            self._cache[key] = hit
-            log.trace("TUNING", "cuda %s %d B on %d ranks -> %s", coll, nbytes, self.n, hit)
-        return hit
 
 
 class CudaComm:
@@ -130,11 +98,11 @@ class CudaComm:
         self.threads = max(64, min(512, config.get("HPCCL_CUDA_THREADS")))
         self.maxb = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS")))
         self.block_bytes = max(256, config.get("HPCCL_CUDA_BLOCK_BYTES"))
-        self.tuner = DeviceTuner(n)
         self._launch_cache: Dict[tuple, Launch] = {}
         self._plans: Dict[tuple, tuple] = {}
         self._last_stream: Optional[int] = None
         self._seq = 0
+        self.last: Optional[Tuple[Launch, Optional[str]]] = None
         # fast path: launches snapshotted per (collective, buffers, dtype, op, root, stream)
         self._fast: Dict[tuple, Launch] = {}
         self._live = True
@@ -220,7 +188,7 @@ class CudaComm:
         rt.eventRecord(ev.ptr, last)
         rt.streamWaitEvent(stream, ev.ptr, 0)
 
-    def _go(self, ln: Launch, stream: int, what: str) -> None:
+    def _go(self, ln: Launch, stream: int, what: str, kind: Optional[str]) -> None:
         if stream != self._last_stream:
             self._order(stream)
         rc = ln(stream)
@@ -232,29 +200,7 @@ class CudaComm:
             if rc:
                 raise HpcclSystemError(f"{what}: cuLaunchKernel failed: {self.driver.error_name(rc)}")
         self._seq += 1
-
-    def _buf(self, obj: Any, name: str) -> DevBuf:
-        b = device_view(obj, name)
-        if b.device != self.device:
-            raise HpcclInvalidArgument(name, f"buffer is on GPU {b.device}, but this rank's communicator "
-                                             f"uses GPU {self.device} (set the device before the first "
-                                             "GPU call, or HPCCL_CUDA_DEVICE)")
-        return b
-
-    def _same_size_out(self, recvbuf: Any, s: DevBuf, input_name: str) -> DevBuf:
-        """recvbuf validated as an output of s's size that is s itself or does not overlap it."""
-        r = self._out(recvbuf, s, s.count, "recvbuf")
-        if r.ptr != s.ptr and overlaps(r, s):
-            raise HpcclInvalidArgument("recvbuf", f"partially overlaps {input_name}")
-        return r
-
-    def _out(self, obj: Any, like: DevBuf, count: int, name: str) -> DevBuf:
-        b = self._buf(obj, name)
-        if b.dtype != like.dtype:
-            raise HpcclInvalidArgument(name, f"dtype {b.dtname} differs from sendbuf's {like.dtname}")
-        if b.count != count:
-            raise HpcclInvalidArgument(name, f"has {b.count} elements, needs {count}")
-        return b
+        self.last = (ln, kind)
 
     def _set(self, send: int, recv: int, nbytes: int, stride: int, chunk: int, root: int,
              extra_align: int = 0) -> None:
@@ -262,13 +208,9 @@ class CudaComm:
         a.send, a.recv, a.nbytes, a.stride, a.chunk, a.root = send, recv, nbytes, stride, chunk, root
         a.aligned = 1 if ((send | recv | stride | extra_align) & 15) == 0 else 0
 
-    def retune(self, algo: Optional[str] = None, blocks: Optional[int] = None) -> None:
-        """Force the all_reduce algorithm ('oneshot'/'twoshot', None: the cost model) and/or the most
-        blocks per kernel, dropping cached plans and launches (tests and benchmark sweeps)."""
-        self.tuner.override = {"all_reduce": algo} if algo else {}
-        self.tuner._cache.clear()
-        if blocks is not None:
-            self.maxb = max(1, min(MAX_BLOCKS, blocks))
+    def set_blocks(self, blocks: int) -> None:
+        """The most blocks per kernel (benchmark sweeps), dropping cached plans and launches."""
+        self.maxb = max(1, min(MAX_BLOCKS, blocks))
         self._plans.clear()
         self._fast.clear()
 
@@ -282,7 +224,7 @@ class CudaComm:
             return (obj.data_ptr(), obj.numel(), obj.dtype, obj.is_contiguous())
         return None
 
-    def _fkey(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any) -> Optional[tuple]:
+    def fast_key(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any) -> Optional[tuple]:
         ks = self._bkey(sendbuf)
         if ks is None:
             return None
@@ -306,7 +248,7 @@ class CudaComm:
                     return None
         return (coll, ks, kr, op, root, st)
 
-    def _fire(self, key: tuple) -> bool:
+    def fire(self, key: tuple) -> bool:
         """Launch the snapshot cached for key; False when there is none (take the validating path)."""
         ln = self._fast.get(key)
         if ln is None or not self._live or self._err.value:
@@ -320,10 +262,11 @@ class CudaComm:
         self._seq += 1
         return True
 
-    def _remember(self, key: Optional[tuple], ln: Launch, kind: str) -> None:
-        """Snapshot the argument struct(s) of the launch just made, for _fire on the same key."""
-        if key is None:
+    def remember(self, key: Optional[tuple]) -> None:
+        """Snapshot the argument struct(s) of the launch just made, for fire() on the same key."""
+        if key is None or self.last is None or self.last[1] is None:
             return
+        ln, kind = self.last
         if len(self._fast) >= FAST_ENTRIES:
             self._fast.clear()
         a = CommArgs()
@@ -333,192 +276,72 @@ class CudaComm:
             args.append(ctypes.c_uint64(self.rstride.value))
         self._fast[key] = Launch(self.driver, ln.func.value, ln.grid, ln.block, args)
 
-    # ----- collectives ----------------------------------------------------------------------------------
-    def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: ReduceOp = ReduceOp.SUM, stream: Any = None) -> Any:
-        key = self._fkey("ar", sendbuf, recvbuf, op, -1, stream)
-        if key is not None and self._fire(key):
-            return sendbuf if recvbuf is None else recvbuf
-        self._check("all_reduce")
-        s = self._buf(sendbuf, "sendbuf")
-        check_op_dtype(op, s.dtype)
-        if recvbuf is None:
-            r, result = s, sendbuf
-        else:
-            r, result = self._same_size_out(recvbuf, s, "sendbuf (use the same buffer for in place)"), recvbuf
-        nbytes = s.nbytes
-        if nbytes == 0:
-            return result
-        dt, opid = _dtid(s.dtype), OP_IDS[op.value]
-        pkey = ("ar", dt, opid, nbytes)
+    # ----- collectives: flat CuPy views already validated by the front end (hpccl.comm) -------------------
+    @staticmethod
+    def _ptr(a: Any) -> int:
+        return a.data.ptr
+
+    def all_reduce(self, send: Any, recv: Any, op: ReduceOp, stream: int, algo: str = "oneshot") -> None:
+        """One kernel: 'oneshot' (every rank reduces all of it) or 'twoshot' (stripes, then a gather)."""
+        nbytes = send.nbytes
+        dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
+        pkey = ("ar", dt, opid, nbytes, algo)
         plan = self._plans.get(pkey)
         if plan is None:
-            algo = self.tuner.choose("all_reduce", nbytes, ("oneshot", "twoshot") if self.size > 1 else ("oneshot",))
-            if algo == "twoshot":
+            if algo == "twoshot" and self.size > 1:
                 blocks, chunk = self._geometry(nbytes, self.size)
                 name = f"hp_allreduce_twoshot<{dt}, {opid}>"
             else:
                 blocks, chunk = self._geometry(nbytes, 1)
                 name = f"hp_reduce_push<{dt}, {opid}>"
-            plan = (self._launch(name, dt, blocks, "plain"), chunk, algo)
-            self._plans[pkey] = plan
-        self._set(s.ptr, r.ptr, nbytes, 0, plan[1], -1)
-        self._go(plan[0], stream_handle(stream, s), "all_reduce")
-        self._remember(key, plan[0], "plain")
-        return result
+            plan = self._plans[pkey] = (self._launch(name, dt, blocks, "plain"), chunk)
+        self._set(self._ptr(send), self._ptr(recv), nbytes, 0, plan[1], -1)
+        self._go(plan[0], stream, "all_reduce", "plain")
 
-    def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: ReduceOp = ReduceOp.SUM,
-               stream: Any = None) -> Any:
-        key = self._fkey("red", sendbuf, recvbuf, op, root, stream)
-        if key is not None and self._fire(key):
-            return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
-        self._check("reduce")
-        s = self._buf(sendbuf, "sendbuf")
-        check_op_dtype(op, s.dtype)
-        result = recvbuf
-        r = s
-        if self.rank == root:
-            if recvbuf is None:
-                result = sendbuf
-            else:
-                r = self._same_size_out(recvbuf, s, "sendbuf")
-        elif recvbuf is not None:
-            self._out(recvbuf, s, s.count, "recvbuf")
-        nbytes = s.nbytes
-        if nbytes == 0:
-            return result
-        dt, opid = _dtid(s.dtype), OP_IDS[op.value]
+    def reduce(self, send: Any, recv: Any, root: int, op: ReduceOp, stream: int) -> None:
+        nbytes = send.nbytes
+        dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
         plan = self._plan(("red", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
-        self._set(s.ptr, r.ptr, nbytes, 0, plan[1], root)
-        self._go(plan[0], stream_handle(stream, s), "reduce")
-        self._remember(key, plan[0], "plain")
-        return result
+        self._set(self._ptr(send), self._ptr(recv), nbytes, 0, plan[1], root)
+        self._go(plan[0], stream, "reduce", "plain")
 
-    def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: ReduceOp = ReduceOp.SUM,
-                       stream: Any = None) -> Any:
-        key = self._fkey("rs", sendbuf, recvbuf, op, -1, stream) if recvbuf is not None else None
-        if key is not None and self._fire(key):
-            return recvbuf
-        self._check("reduce_scatter")
-        s = self._buf(sendbuf, "sendbuf")
-        check_op_dtype(op, s.dtype)
-        if s.count % self.size:
-            raise HpcclInvalidArgument("sendbuf", f"has {s.count} elements, not a multiple of the "
-                                                  f"communicator size {self.size}")
-        count = s.count // self.size
-        if recvbuf is None:
-            result = empty_like(s, (count,))
-            r = self._buf(result, "recvbuf")
-        else:
-            r, result = self._out(recvbuf, s, count, "recvbuf"), recvbuf
-            if overlaps(r, s) and r.ptr != s.ptr + self.rank * count * s.itemsize:
-                raise HpcclInvalidArgument("recvbuf", "overlaps sendbuf other than as its own block "
-                                                      "(sendbuf[rank*count:(rank+1)*count])")
-        nbytes = count * s.itemsize
-        if nbytes == 0:
-            return result
-        dt, opid = _dtid(s.dtype), OP_IDS[op.value]
+    def reduce_scatter(self, send: Any, recv: Any, op: ReduceOp, stream: int) -> None:
+        nbytes = recv.nbytes
+        dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
         plan = self._plan(("rs", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
-        self._set(s.ptr, r.ptr, nbytes, nbytes, plan[1], -1)
-        self._go(plan[0], stream_handle(stream, s), "reduce_scatter")
-        self._remember(key, plan[0], "plain")
-        return result
+        self._set(self._ptr(send), self._ptr(recv), nbytes, nbytes, plan[1], -1)
+        self._go(plan[0], stream, "reduce_scatter", "plain")
 
-    def _copy_coll(self, what: str, s: DevBuf, r: DevBuf, nbytes: int, stride: int, rstride: int, root: int,
-                   stream: Any, key: Optional[tuple] = None) -> None:
+    def _copy_coll(self, what: str, send: Any, recv: Any, nbytes: int, stride: int, rstride: int, root: int,
+                   stream: int) -> None:
         plan = self._plan(("copy", nbytes), "hp_copy_push", None, nbytes, "copy")
-        self._set(s.ptr, r.ptr, nbytes, stride, plan[1], root, rstride)
+        self._set(self._ptr(send), self._ptr(recv), nbytes, stride, plan[1], root, rstride)
         self.rstride.value = rstride
-        self._go(plan[0], stream_handle(stream, s), what)
-        self._remember(key, plan[0], "copy")
+        self._go(plan[0], stream, what, "copy")
 
-    def all_gather(self, sendbuf: Any, recvbuf: Any = None, stream: Any = None) -> Any:
-        key = self._fkey("ag", sendbuf, recvbuf, None, -1, stream) if recvbuf is not None else None
-        if key is not None and self._fire(key):
-            return recvbuf
-        self._check("all_gather")
-        s = self._buf(sendbuf, "sendbuf")
-        if recvbuf is None:
-            result = empty_like(s, (self.size,) + shape_of(sendbuf))
-            r = self._buf(result, "recvbuf")
-        else:
-            r, result = self._out(recvbuf, s, s.count * self.size, "recvbuf"), recvbuf
-            if overlaps(r, s) and s.ptr != r.ptr + self.rank * s.nbytes:
-                raise HpcclInvalidArgument("sendbuf", "overlaps recvbuf other than as its own block "
-                                                      "(recvbuf[rank*count:(rank+1)*count])")
-        if s.nbytes == 0:
-            return result
-        self._copy_coll("all_gather", s, r, s.nbytes, 0, s.nbytes, -1, stream, key)
-        return result
+    def all_gather(self, send: Any, recv: Any, stream: int) -> None:
+        self._copy_coll("all_gather", send, recv, send.nbytes, 0, send.nbytes, -1, stream)
 
-    def all_to_all(self, sendbuf: Any, recvbuf: Any = None, stream: Any = None) -> Any:
-        key = self._fkey("a2a", sendbuf, recvbuf, None, -1, stream) if recvbuf is not None else None
-        if key is not None and self._fire(key):
-            return recvbuf
-        self._check("all_to_all")
-        s = self._buf(sendbuf, "sendbuf")
-        if s.count % self.size:
-            raise HpcclInvalidArgument("sendbuf", f"has {s.count} elements, not a multiple of the "
-                                                  f"communicator size {self.size}")
-        if recvbuf is None:
-            result = empty_like(s, shape_of(sendbuf))
-            r = self._buf(result, "recvbuf")
-        else:
-            r, result = self._same_size_out(recvbuf, s, "sendbuf"), recvbuf
-        seg = s.nbytes // self.size
-        if seg == 0:
-            return result
-        self._copy_coll("all_to_all", s, r, seg, seg, seg, -1, stream, key)
-        return result
+    def all_to_all(self, send: Any, recv: Any, stream: int) -> None:
+        seg = send.nbytes // self.size
+        self._copy_coll("all_to_all", send, recv, seg, seg, seg, -1, stream)
 
-    def broadcast(self, buf: Any, root: int = 0, recvbuf: Any = None, stream: Any = None) -> Any:
-        key = self._fkey("bc", buf, recvbuf, None, root, stream)
-        if key is not None and self._fire(key):
-            return buf if recvbuf is None else recvbuf
-        self._check("broadcast")
-        s = self._buf(buf, "buf")
-        if recvbuf is None:
-            r, result = s, buf
-        else:
-            r, result = self._same_size_out(recvbuf, s, "buf"), recvbuf
-        if s.nbytes == 0:
-            return result
-        self._copy_coll("broadcast", s, r, s.nbytes, 0, 0, root, stream, key)
-        return result
+    def broadcast(self, send: Any, recv: Any, root: int, stream: int) -> None:
+        self._copy_coll("broadcast", send, recv, send.nbytes, 0, 0, root, stream)
 
-    def barrier(self, stream: Any = None) -> None:
+    def barrier(self, stream: int) -> None:
         """Stream-ordered barrier: work after it on ``stream`` starts once every rank's stream got here."""
-        self._check("barrier")
         self._set(0, 0, 0, 0, 16, -1)
-        self._go(self._launch("hp_barrier", None, 1, "plain"), stream_handle(stream, None), "barrier")
+        self._go(self._launch("hp_barrier", None, 1, "plain"), stream, "barrier", None)
 
     # ----- point to point --------------------------------------------------------------------------------
-    def send(self, buf: Any, peer: int, stream: Any = None) -> None:
-        self.group_p2p([(peer, buf)], [], stream)
-
-    def recv(self, buf: Any, peer: int, stream: Any = None) -> Any:
-        self.group_p2p([], [(peer, buf)], stream)
-        return buf
-
-    def group_p2p(self, sends: Sequence[Tuple[int, Any]], recvs: Sequence[Tuple[int, Any]],
-                  stream: Any = None) -> None:
+    def group_p2p(self, sends: Sequence[Tuple[int, Any]], recvs: Sequence[Tuple[int, Any]], stream: int) -> None:
         """Run sends and receives together in one kernel (like ncclGroupStart/End around them): the k-th
         send to a peer matches that peer's k-th receive from this rank."""
-        self._check("group(send/recv)")
-        ops: List[Tuple[int, DevBuf, int]] = []
-        first: Optional[DevBuf] = None
-        for kind, items in ((1, sends), (0, recvs)):
-            for peer, obj in items:
-                if not isinstance(peer, int) or isinstance(peer, bool) or not 0 <= peer < self.size:
-                    raise HpcclInvalidArgument("peer", f"{peer!r} is not a rank of this communicator")
-                b = self._buf(obj, "buf")
-                first = first or b
-                ops.append((peer, b, kind))
-        if not ops:
-            return
-        st = stream_handle(stream, first)
+        ops: List[Tuple[int, Any, int]] = [(peer, b, 1) for peer, b in sends] + [(peer, b, 0) for peer, b in recvs]
         # rounds: the k-th op of each (peer, direction) pair; at most MAX_P2P_OPS per kernel
         seen: Dict[Tuple[int, int], int] = {}
-        rounds: List[List[Tuple[int, DevBuf, int]]] = []
+        rounds: List[List[Tuple[int, Any, int]]] = []
         for op in ops:
             k = seen.get((op[0], op[2]), 0)
             seen[(op[0], op[2])] = k + 1
@@ -527,9 +350,9 @@ class CudaComm:
             rounds[k].append(op)
         for rnd in rounds:
             for i in range(0, len(rnd), MAX_P2P_OPS):
-                self._p2p_kernel(rnd[i:i + MAX_P2P_OPS], st)
+                self._p2p_kernel(rnd[i:i + MAX_P2P_OPS], stream)
 
-    def _p2p_kernel(self, ops: Sequence[Tuple[int, DevBuf, int]], stream: int) -> None:
+    def _p2p_kernel(self, ops: Sequence[Tuple[int, Any, int]], stream: int) -> None:
         pa = self.p2p_args
         per_op = P2P_BLOCKS  # fixed, so a sender and its receiver always agree on the channels
         nb_total = 0
@@ -539,13 +362,14 @@ class CudaComm:
                 continue
             o = pa.ops[n]
             nb = max(1, min(per_op, -(-b.nbytes // self.args.p2p_slot)))
-            o.buf, o.nbytes, o.peer, o.is_send, o.nblocks, o.first_block = b.ptr, b.nbytes, peer, is_send, nb, nb_total
+            o.buf, o.nbytes, o.peer, o.is_send, o.nblocks, o.first_block = (b.data.ptr, b.nbytes, peer, is_send, nb,
+                                                                             nb_total)
             nb_total += nb
             n += 1
         if n == 0:
             return
         pa.nops = n
-        self._go(self._launch("hp_p2p", None, nb_total, "p2p"), stream, "send/recv")
+        self._go(self._launch("hp_p2p", None, nb_total, "p2p"), stream, "send/recv", None)
 
     # ----- life cycle ----------------------------------------------------------------------------------
     def synchronize(self) -> None:

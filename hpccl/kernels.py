@@ -75,8 +75,12 @@ def source_text() -> str:
 
 
 def reduce_names(dt: int) -> List[str]:
+    """The templated kernels NVRTC instantiates for one dtype: every collective x op, plus the local
+    reduce of the network path and, for floats, its avg scaling."""
     ops = range(5) if dt in FLOAT_IDS else range(4)
-    return [f"{k}<{dt}, {op}>" for op in ops for k in ("hp_reduce_push", "hp_allreduce_twoshot")]
+    names = [f"{k}<{dt}, {op}>" for op in ops
+             for k in ("hp_reduce_push", "hp_allreduce_twoshot", "hp_reduce_local")]
+    return names + ([f"hp_scale_local<{dt}>"] if dt in FLOAT_IDS else [])
 
 
 class Kernels:
@@ -138,6 +142,15 @@ class Driver:
         g.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint]
         g.restype = ctypes.c_int
         self._host_dptr = g
+        w = lib.cuStreamWaitValue32_v2
+        w.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+        w.restype = ctypes.c_int
+        self.wait_value32 = w
+        sd = getattr(lib, "cuStreamGetDevice", None)  # CUDA 12.8+ drivers
+        if sd is not None:
+            sd.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            sd.restype = ctypes.c_int
+        self._stream_device = sd
         e = lib.cuGetErrorName
         e.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
         e.restype = ctypes.c_int
@@ -161,6 +174,16 @@ class Driver:
         if rc:
             raise HpcclSystemError(f"cuMemHostGetDevicePointer failed: {self.error_name(rc)}")
         return d.value
+
+
+    def stream_device(self, stream: int) -> Optional[int]:
+        """The device a stream handle belongs to (None when the driver cannot say, or for the legacy and
+        per-thread default streams, which follow the current device)."""
+        if self._stream_device is None or stream in (0, 1, 2):
+            return None
+        d = ctypes.c_int(-1)
+        rc = self._stream_device(ctypes.c_void_p(stream), ctypes.byref(d))
+        return d.value if rc == 0 else None
 
 
 class Launch:

@@ -1,7 +1,12 @@
 """The cost model: predicted time of each algorithm from latency/bandwidth terms; the cheapest wins.
 
+One Tuner per communicator serves both memory kinds: host algorithms are priced on the communicator's
+path ('shm', or the network's 'mpi'/'ucx'); GPU kernels on one node by KERNEL_MODELS ('cuda' path);
+GPU network schedules on the device network path ('ucx_cuda': UCX moving device memory, plus the proxy's
+hand-off); hier by the sum of its node steps and its network step.
 Terms per path (seconds, seconds per byte) were fitted to hpccl-perf sweeps with HPCCL_ALGO forced
-(docs/PERFORMANCE.md); HPCCL_TUNING_FILE replaces them and HPCCL_ALGO overrides the choice."""
+(docs/PERFORMANCE.md, docs/NETWORK.md); HPCCL_TUNING_FILE replaces them and HPCCL_ALGO overrides the
+choice."""
 from __future__ import annotations
 
 import json
@@ -30,6 +35,24 @@ DEFAULTS: Dict[str, Path] = {
     "mpi": Path(alpha=60e-6, beta=1 / 1.5e9, red=1 / 4e9, bar=60e-6),
     "ucx": Path(alpha=40e-6, beta=1 / 2e9, red=1 / 4e9, bar=40e-6),
     "cuda": Path(alpha=12e-6, beta=1 / 300e9, red=1 / 1500e9, bar=6e-6),
+    # device memory over UCX between nodes, a step handed over by the proxy thread (docs/NETWORK.md)
+    "ucx_cuda": Path(alpha=60e-6, beta=1 / 3e9, red=1 / 300e9, bar=60e-6),
+}
+
+# GPU kernels over peer memory on one node: launch + flag round trips + bytes over the link (2x H200 NV18,
+# docs/GPU.md); N as in MODELS (all_gather: bytes received, reduce_scatter: bytes sent).
+LAUNCH, SYNC = 4e-6, 2.5e-6
+ONESHOT_BW, TWOSHOT_BW, PUSH_BW = 324e9, 342e9, 345e9
+KERNEL_MODELS: Dict[str, Dict[str, Callable[[float, int], float]]] = {
+    "all_reduce": {
+        "oneshot": lambda N, n: LAUNCH + SYNC + (n - 1) * N / ONESHOT_BW,
+        "twoshot": lambda N, n: LAUNCH + 2 * SYNC + 2 * (n - 1) / n * N / TWOSHOT_BW,
+    },
+    "reduce": {"direct": lambda N, n: LAUNCH + SYNC + (n - 1) * N / ONESHOT_BW},
+    "reduce_scatter": {"direct": lambda N, n: LAUNCH + SYNC + (n - 1) / n * N / ONESHOT_BW},
+    "all_gather": {"direct": lambda N, n: LAUNCH + SYNC + (n - 1) / n * N / PUSH_BW},
+    "broadcast": {"direct": lambda N, n: LAUNCH + SYNC + N / PUSH_BW},
+    "all_to_all": {"direct": lambda N, n: LAUNCH + SYNC + (n - 1) / n * N / PUSH_BW},
 }
 
 
@@ -108,12 +131,17 @@ MODELS: Dict[str, Dict[str, Model]] = {
 }
 
 
-def best_flat(coll: str, P: Path, nbytes: float, n: int, algos: Optional[Iterable[str]] = None,
+def best_flat(coll: str, P: Optional[Path], nbytes: float, n: int, algos: Optional[Iterable[str]] = None,
               share: float = 1.0) -> Tuple[str, float]:
-    """(algorithm, seconds) of the cheapest flat algorithm for ``coll`` on ``n`` ranks over path ``P``."""
+    """(algorithm, seconds) of the cheapest flat algorithm for ``coll`` on ``n`` ranks over path ``P``;
+    P None: the GPU kernels of one node (KERNEL_MODELS)."""
     if n <= 1:
         return "-", 0.0
-    cand = {a: f(P, float(nbytes), n, share) for a, f in MODELS[coll].items() if algos is None or a in algos}
+    if P is None:
+        cand = {a: f(float(nbytes), n) for a, f in KERNEL_MODELS[coll].items()}
+    else:
+        cand = {a: f(P, float(nbytes), n, share) for a, f in MODELS[coll].items()
+                if algos is None or a in algos}
     a = min(cand, key=cand.get)
     return a, cand[a]
 
@@ -121,12 +149,13 @@ def best_flat(coll: str, P: Path, nbytes: float, n: int, algos: Optional[Iterabl
 HIER_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
 
-def hier_time(coll: str, nbytes: float, nodes: int, local: int, intra: Path, inter: Path, nics: int = 1,
+def hier_time(coll: str, nbytes: float, nodes: int, local: int, intra: Optional[Path], inter: Path, nics: int = 1,
               share: float = 1.0, intra_algos: Optional[Iterable[str]] = None,
               inter_algos: Optional[Iterable[str]] = None) -> Tuple[float, Dict[str, str]]:
     """Predicted seconds of algorithms/hier.py for ``coll`` and the sub-algorithms it would run: the sum
     of its sub-communicator collectives, each at its own cheapest algorithm on its own path. ``inter``
-    is one NIC; the ``local`` concurrent inter-node collectives share a node's ``nics``."""
+    is one NIC; the ``local`` concurrent inter-node collectives share a node's ``nics``; ``intra`` None
+    prices the node steps as GPU kernels."""
     L, M = local, nodes
     net = replace(inter, beta=inter.beta * max(1.0, L / nics))
     if coll == "all_reduce":
@@ -137,11 +166,12 @@ def hier_time(coll: str, nbytes: float, nodes: int, local: int, intra: Path, int
     if coll == "all_gather":  # nbytes: the whole gathered buffer
         a1, t1 = best_flat("all_gather", net, nbytes / L, M, inter_algos)
         a2, t2 = best_flat("all_gather", intra, nbytes, L, intra_algos, share)
-        return t1 + t2 + share * nbytes * intra.beta, {"inter_all_gather": a1, "intra_all_gather": a2}
+        return t1 + t2 + share * nbytes * _copy_beta(intra), {"inter_all_gather": a1, "intra_all_gather": a2}
     if coll == "reduce_scatter":  # nbytes: the whole input
         a1, t1 = best_flat("reduce_scatter", intra, nbytes, L, intra_algos, share)
         a2, t2 = best_flat("reduce_scatter", net, nbytes / L, M, inter_algos)
-        return share * nbytes * intra.beta + t1 + t2, {"intra_reduce_scatter": a1, "inter_reduce_scatter": a2}
+        return share * nbytes * _copy_beta(intra) + t1 + t2, {"intra_reduce_scatter": a1,
+                                                                "inter_reduce_scatter": a2}
     if coll == "broadcast":
         a1, t1 = best_flat("broadcast", inter, nbytes, M, inter_algos)
         a2, t2 = best_flat("broadcast", intra, nbytes, L, intra_algos, share)
@@ -151,6 +181,11 @@ def hier_time(coll: str, nbytes: float, nodes: int, local: int, intra: Path, int
         a2, t2 = best_flat("reduce", inter, nbytes, M, inter_algos)
         return t1 + t2, {"intra_reduce": a1, "inter_reduce": a2}
     raise KeyError(coll)
+
+
+def _copy_beta(intra: Optional[Path]) -> float:
+    """Seconds per byte of hier's local reordering copy (host memcpy, or device memory at ~1.5 TB/s)."""
+    return intra.beta if intra is not None else 1 / 1500e9
 
 
 def _load_paths() -> Dict[str, Path]:
@@ -177,12 +212,13 @@ def _parse_override(text: str) -> Dict[str, str]:
 
 
 class Tuner:
-    """Chooses an algorithm per (collective, size) for one communicator; decisions are cached."""
+    """Chooses an algorithm per (collective, memory kind, size) for one communicator; decisions are cached."""
 
     def __init__(self, path: str, nranks: int, local_ranks: int, nodes: int = 1, intra: str = "shm") -> None:
         paths = _load_paths()
         self.path = paths[path]
         self.intra = paths[intra]
+        self.gpu_net = paths["ucx_cuda"] if path != "mpi" else replace(paths["mpi"], alpha=paths["mpi"].alpha * 2)
         self.path_name = path
         self.n = nranks
         self.nodes, self.local = nodes, local_ranks
@@ -200,31 +236,38 @@ class Tuner:
             self.override[coll] = algo
         self._cache.clear()
 
-    def predict(self, coll: str, algo: str, nbytes: int) -> float:
+    def predict(self, coll: str, algo: str, nbytes: int, kind: str = "host") -> float:
+        N = float(nbytes)
+        if kind == "cuda":
+            if algo == "hier":  # node steps as kernels, the network step over UCX with device memory
+                return hier_time(coll, N, self.nodes, self.local, None, self.gpu_net)[0]
+            if self.nodes == 1:
+                return KERNEL_MODELS[coll][algo](N, self.n)
+            return MODELS[coll][algo](self.gpu_net, N, self.n, 1.0)
         if algo == "hier":
-            return hier_time(coll, float(nbytes), self.nodes, self.local, self.intra, self.path,
-                             share=self.share)[0]
-        return MODELS[coll][algo](self.path, float(nbytes), self.n, self.share)
+            return hier_time(coll, N, self.nodes, self.local, self.intra, self.path, share=self.share)[0]
+        return MODELS[coll][algo](self.path, N, self.n, self.share)
 
-    def choose(self, coll: str, nbytes: int, eligible: Iterable[str]) -> str:
-        key = (coll, nbytes.bit_length())
+    def choose(self, coll: str, nbytes: int, eligible: Iterable[str], kind: str = "host") -> str:
+        key = (coll, kind, nbytes.bit_length())
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        names = [a for a in eligible if a in MODELS[coll] or (a == "hier" and coll in HIER_COLLECTIVES)]
+        names = list(eligible)
         forced = self.override.get(coll) or self.override.get("*")
         if forced:
             if forced in names:
                 self._cache[key] = forced
                 return forced
-            if (coll, forced) not in self._warned:
-                self._warned.add((coll, forced))
-                log.warn("TUNING", "HPCCL_ALGO=%s is not available for %s here (have %s); using the model",
-                         forced, coll, ",".join(names))
+            if (coll, kind, forced) not in self._warned:
+                self._warned.add((coll, kind, forced))
+                log.warn("TUNING", "HPCCL_ALGO=%s is not available for %s on %s memory here (have %s); using "
+                         "the model", forced, coll, kind, ",".join(names))
         # decide at the middle of the power-of-two bucket the size falls in
         probe = 3 << max(0, nbytes.bit_length() - 2) if nbytes > 1 else nbytes
-        best = min(names, key=lambda a: self.predict(coll, a, probe))
-        log.trace("TUNING", "%s %d B on %d ranks over %s -> %s", coll, nbytes, self.n, self.path_name, best)
+        best = min(names, key=lambda a: self.predict(coll, a, probe, kind))
+        log.trace("TUNING", "%s %d B %s on %d ranks over %s -> %s", coll, nbytes, kind, self.n, self.path_name,
+                  best)
         self._cache[key] = best
         return best
 

@@ -16,10 +16,13 @@ if TYPE_CHECKING:  # pragma: no cover
 _SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
 
-def supports(comm: "Communicator", coll: str) -> bool:
+def fits(coll: str, lay) -> bool:
     """Several nodes with the same number of ranks each, more than one (else flat is the same thing)."""
-    sizes = {len(comm.nodes.ranks_on(n)) for n in range(comm.num_nodes)}
-    return coll in _SUPPORTED and len(sizes) == 1 and comm.num_nodes > 1 and comm.local_size > 1
+    return coll in _SUPPORTED and lay.equal and lay.nodes > 1 and lay.local > 1
+
+
+def supports(comm: "Communicator", coll: str) -> bool:
+    return fits(coll, comm.layout)
 
 
 def _inter_rank(comm: "Communicator", rank: int) -> int:
@@ -35,58 +38,77 @@ def _groups(comm: "Communicator"):
     return [[r for r in range(comm.size) if comm.nodes.local_rank(r) == l] for l in range(L)]
 
 
-def run(comm: "Communicator", coll: str, *args) -> None:
+def _empty(like, count: int):
+    """A new flat array of like's memory kind and dtype (np.empty_like hands CuPy arrays to CuPy, on
+    the current stream: the caller's, set by the front end)."""
+    return np.empty_like(like, shape=(count,))
+
+
+def run(comm: "Communicator", coll: str, *args, stream=None) -> None:
+    """One hierarchical collective on flat arrays of either memory kind; every sub-step is a call of the
+    'intra' (node: shared memory or GPU kernels) or 'inter' (network) sub-communicator."""
     intra, inter = comm._subcomm("intra"), comm._subcomm("inter")
-    L = comm.local_size
+    L, M = comm.local_size, comm.num_nodes
+
+    def node(c: str, *a) -> None:
+        intra._flat(c, *a, stream=stream)
+
+    def net(c: str, *a) -> None:
+        inter._flat(c, *a, stream=stream)
+
     if coll == "all_reduce":
         send, recv, op = args
         op = SUM if op is AVG else op
         if send.size % L == 0:  # node reduce-scatter, network all_reduce of 1/L, node all-gather
-            part = intra.reduce_scatter(send, op=op)
-            if part.size:
-                inter.all_reduce(part, op=op)
-            intra.all_gather(part, recv)
+            part = _empty(send, send.size // L)
+            node("reduce_scatter", send, part, op)
+            net("all_reduce", part, part, op)
+            node("all_gather", part, recv)
             return
         off = offsets(send.size, L)
         for l in range(L):  # uneven split: node-local reduce of part l onto local rank l
             if off[l + 1] > off[l]:
                 part = slice(off[l], off[l + 1])
-                intra.reduce(send[part], recv[part] if comm.local_rank == l else None, root=l, op=op)
+                node("reduce", send[part], recv[part] if comm.local_rank == l else send[part], l, op)
         mine = recv[off[comm.local_rank]:off[comm.local_rank + 1]]
         if mine.size:
-            inter.all_reduce(mine, op=op)
+            net("all_reduce", mine, mine, op)
         for l in range(L):
             if off[l + 1] > off[l]:
-                intra.broadcast(recv[off[l]:off[l + 1]], root=l)
+                node("broadcast", recv[off[l]:off[l + 1]], recv[off[l]:off[l + 1]], l)
     elif coll == "all_gather":
         send, recv = args
         c, groups = send.size, _groups(comm)
-        across = inter.all_gather(send)                      # (nodes, c): this local rank's peers
-        local = intra.all_gather(across.reshape(-1))         # (L, nodes * c)
+        across = _empty(send, M * c)                         # this local rank's peers on every node
+        net("all_gather", send, across)
+        local = _empty(send, L * M * c)                      # (L, nodes * c)
+        node("all_gather", across, local)
         for l in range(L):
             for m, rank in enumerate(groups[l]):
-                recv[rank * c:(rank + 1) * c] = local[l, m * c:(m + 1) * c]
+                recv[rank * c:(rank + 1) * c] = local[(l * M + m) * c:(l * M + m + 1) * c]
     elif coll == "reduce_scatter":
         send, recv, op = args
         op = SUM if op is AVG else op
         c, groups = recv.size, _groups(comm)
         order = np.concatenate([send[rank * c:(rank + 1) * c] for l in range(L) for rank in groups[l]])
-        part = intra.reduce_scatter(order, op=op)            # blocks of the ranks sharing my local rank
-        inter.reduce_scatter(part, recv, op=op)
+        part = _empty(send, M * c)                           # blocks of the ranks sharing my local rank
+        node("reduce_scatter", order, part, op)
+        net("reduce_scatter", part, recv, op)
     elif coll == "broadcast":
         send, recv, root = args
         lroot = comm.nodes.local_rank(root)
         if comm.local_rank == lroot:
-            inter.broadcast(send if comm.rank == root else recv, root=_inter_rank(comm, root),
-                            recvbuf=recv if comm.rank == root and send is not recv else None)
-        intra.broadcast(recv, root=lroot)
+            net("broadcast", send if comm.rank == root else recv, recv, _inter_rank(comm, root))
+        node("broadcast", recv, recv, lroot)
     elif coll == "reduce":
         send, recv, root, op = args
         op = SUM if op is AVG else op
         lroot = comm.nodes.local_rank(root)
-        tmp = np.empty_like(send) if comm.local_rank == lroot else None
-        intra.reduce(send, tmp, root=lroot, op=op)
         if comm.local_rank == lroot:
-            inter.reduce(tmp, recv if comm.rank == root else None, root=_inter_rank(comm, root), op=op)
-    else:  # pragma: no cover - guarded by supports()
+            tmp = _empty(send, send.size)
+            node("reduce", send, tmp, lroot, op)
+            net("reduce", tmp, recv if comm.rank == root else tmp, _inter_rank(comm, root), op)
+        else:
+            node("reduce", send, send, lroot, op)
+    else:  # pragma: no cover - guarded by fits()
         raise ValueError(coll)

@@ -177,6 +177,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 it = _iters(wl.size, a.iters)
                 run = _hpccl_runner(comm, coll, send, recv, op, a.root)
                 t = _time(run, it, a.warmup, world, mem)
+                if a.mem == "cuda":
+                    comm.synchronize()  # a GPU call that failed asynchronously raises here, named
                 bad = 0
                 if a.check:
                     recv_h = mem.get(recv)

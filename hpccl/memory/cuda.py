@@ -5,7 +5,7 @@ Imported only by the CUDA path (hpccl.cuda_comm), so CuPy/PyTorch are imported l
 from __future__ import annotations
 
 import sys
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -170,3 +170,192 @@ class DeviceAlloc:
             with cupy.cuda.Device(self.device):
                 cupy.cuda.runtime.free(self.ptr)
             self.ptr = 0
+
+
+# ----- the device memory component: validated flat CuPy views and stream-ordered copy/reduce ----------
+#
+# The front end (hpccl.comm) turns every device buffer into a flat CuPy array, as it turns host buffers
+# into flat numpy arrays, so one set of rules (and the host algorithms, over device primitives) serves
+# both. CuPy has no bfloat16: a bfloat16 buffer is viewed as uint16, which is not an hpccl dtype, so the
+# view is unambiguous; dtype() gives the real dtype back.
+
+_U16 = np.dtype(np.uint16)
+
+
+def _cupy_from_ptr(ptr: int, count: int, dtype: np.dtype, device: int, owner: Any) -> Any:
+    """A flat CuPy array over memory another library owns (kept alive through ``owner``)."""
+    import cupy
+    cdt = _U16 if dtype == bfloat16 else dtype
+    if count == 0:
+        with cupy.cuda.Device(device):
+            return cupy.empty(0, dtype=cdt)
+    mem = cupy.cuda.UnownedMemory(ptr, count * cdt.itemsize, owner, device)
+    return cupy.ndarray((count,), dtype=cdt, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+
+class DeviceMemory:
+    """Memory component for CUDA buffers of one device. Copies and reductions are enqueued on CuPy's
+    current stream; with ``blocking`` they also wait for it (the proxy thread: UCX reads the result
+    next, outside any stream)."""
+
+    kind = "cuda"
+
+    def __init__(self, device: int, blocking: bool = False) -> None:
+        self.device = device
+        self.blocking = blocking
+        self._kernels: Any = None
+        self._launch: Dict[tuple, Any] = {}
+
+    # -- validation and views --------------------------------------------------------------------------
+    def view(self, obj: Any, name: str) -> Tuple[Any, Any]:
+        """(flat CuPy array, the object as given) after the checks every device argument gets."""
+        b = device_view(obj, name)
+        if b.device != self.device:
+            raise HpcclInvalidArgument(name, f"buffer is on GPU {b.device}, but this rank's communicator "
+                                             f"uses GPU {self.device} (set the device before the first GPU "
+                                             "call, or HPCCL_CUDA_DEVICE)")
+        if b.lib == "cupy":
+            o = b.obj
+            return (o if o.ndim == 1 else o.reshape(-1)), o
+        return _cupy_from_ptr(b.ptr, b.count, b.dtype, b.device, b.obj), obj
+
+    @staticmethod
+    def dtype(flat: Any) -> np.dtype:
+        return bfloat16 if flat.dtype == _U16 else flat.dtype
+
+    @staticmethod
+    def writable(flat: Any, name: str) -> None:
+        """Device views are writable (read-only CUDA arrays are refused by device_view)."""
+
+    def empty_out(self, shape: Tuple[int, ...], like_obj: Any, like_flat: Any) -> Tuple[Any, Any]:
+        """A new output in the caller's library (torch tensors beget tensors), and its flat view."""
+        mod = type(like_obj).__module__
+        if mod.startswith("torch"):
+            import torch
+            t = torch.empty(shape, dtype=like_obj.dtype, device=like_obj.device)
+            return self.view(t, "recvbuf")[0], t
+        import cupy
+        with cupy.cuda.Device(self.device):
+            out = cupy.empty(shape, dtype=like_flat.dtype)
+        return out.reshape(-1), out
+
+    @staticmethod
+    def span(a: Any) -> Tuple[int, int]:
+        p = a.data.ptr
+        return p, p + a.nbytes
+
+    def shares(self, a: Any, b: Any) -> bool:
+        (a0, a1), (b0, b1) = self.span(a), self.span(b)
+        return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0
+
+    def same(self, a: Any, b: Any) -> bool:
+        return a.data.ptr == b.data.ptr and a.nbytes == b.nbytes
+
+    def stream(self, stream: Any, like_obj: Any) -> int:
+        """The caller's stream as a handle, refused when it belongs to another device."""
+        lib = "torch" if type(like_obj).__module__.startswith("torch") else "cupy"
+        if stream is None:
+            if lib == "torch":
+                import torch
+                return int(torch.cuda.current_stream(self.device).cuda_stream)
+            import cupy
+            return int(cupy.cuda.get_current_stream().ptr)
+        dev: Optional[int] = None
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            h = stream
+            from ..kernels import Driver
+            dev = Driver.get().stream_device(h)
+        elif getattr(stream, "ptr", None) is not None:  # CuPy
+            h, dev = int(stream.ptr), getattr(stream, "device_id", None)
+        elif getattr(stream, "cuda_stream", None) is not None:  # torch
+            h = int(stream.cuda_stream)
+            d = getattr(stream, "device", None)
+            dev = getattr(d, "index", None)
+        else:
+            raise HpcclInvalidArgument("stream", f"{type(stream).__name__} is not a CUDA stream (CuPy Stream, "
+                                                 "torch.cuda.Stream or an int handle)")
+        if dev is not None and dev >= 0 and dev != self.device:
+            raise HpcclInvalidArgument("stream", f"stream belongs to GPU {dev}, but this rank's communicator "
+                                                 f"uses GPU {self.device}")
+        return h
+
+    def clone(self, a: Any, stream: int) -> Any:
+        """A private copy of ``a``, ordered on ``stream`` (an input that partially overlaps the output)."""
+        import cupy
+        with cupy.cuda.Device(self.device), cupy.cuda.ExternalStream(stream):
+            return a.copy()
+
+    # -- the operations algorithms use -------------------------------------------------------------------
+    def _done(self) -> None:
+        if self.blocking:
+            import cupy
+            cupy.cuda.get_current_stream().synchronize()
+
+    def copy(self, dst: Any, src: Any) -> None:
+        """dst[:] = src (equal byte length), on the current stream."""
+        import cupy
+        n = dst.nbytes
+        if n:
+            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, n, 3,  # device to device
+                                          cupy.cuda.get_current_stream().ptr)
+        self._done()
+
+    def _kernel(self, name: str, dt: int) -> int:
+        if self._kernels is None:
+            from ..kernels import Kernels
+            self._kernels = Kernels(self.device)
+        return self._kernels.func(name, dt)
+
+    def _run(self, name: str, dt: int, n: int, args: list) -> None:
+        import cupy
+        from ..kernels import Driver, Launch
+        grid = max(1, min(1024, -(-n // 512)))
+        ln = Launch(Driver.get(), self._kernel(name, dt), grid, 512, args)
+        rc = ln(cupy.cuda.get_current_stream().ptr)
+        if rc:
+            from ..errors import HpcclSystemError
+            raise HpcclSystemError(f"{name}: cuLaunchKernel failed: {Driver.get().error_name(rc)}")
+
+    def reduce(self, dst: Any, a: Any, b: Any, op: Any) -> None:
+        """dst = a op b elementwise on the GPU (dst may alias a or b); avg combines as sum."""
+        import ctypes
+        from ..kernels import DTYPE_IDS, OP_IDS
+        n = dst.size
+        if n:
+            dt = DTYPE_IDS[dtype_name(self.dtype(dst))]
+            self._run(f"hp_reduce_local<{dt}, {OP_IDS[op.value]}>", dt, n,
+                      [ctypes.c_uint64(dst.data.ptr), ctypes.c_uint64(a.data.ptr), ctypes.c_uint64(b.data.ptr),
+                       ctypes.c_uint64(n)])
+        self._done()
+
+    def scale_avg(self, buf: Any, nranks: int) -> None:
+        """buf /= nranks (the last step of avg), on the GPU."""
+        import ctypes
+        from ..kernels import DTYPE_IDS
+        if buf.size:
+            dt = DTYPE_IDS[dtype_name(self.dtype(buf))]
+            self._run(f"hp_scale_local<{dt}>", dt, buf.size,
+                      [ctypes.c_uint64(buf.data.ptr), ctypes.c_uint64(buf.size), ctypes.c_int(nranks)])
+        self._done()
+
+    def finish(self, buf: Any, op: Any, nranks: int) -> None:
+        from ..ops import AVG
+        if op is AVG:
+            self.scale_avg(buf, nranks)
+
+    def empty(self, count: int, dtype: np.dtype) -> Any:
+        import cupy
+        with cupy.cuda.Device(self.device):
+            return cupy.empty(count, dtype=dtype)
+
+
+_BLOCKING: Dict[int, DeviceMemory] = {}
+
+
+def blocking_memory(arr: Any) -> DeviceMemory:
+    """The blocking component for ``arr``'s device (what transports use to combine received data)."""
+    dev = arr.device.id
+    m = _BLOCKING.get(dev)
+    if m is None:
+        m = _BLOCKING[dev] = DeviceMemory(dev, blocking=True)
+    return m

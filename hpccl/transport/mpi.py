@@ -1,11 +1,14 @@
-"""MPI point-to-point as a transport: the fallback between nodes until (or where) UCX is not available."""
+"""MPI point-to-point as a transport: the fallback between nodes until (or where) UCX is not available.
+Device buffers (the GPU network path, run by the proxy thread) are staged through host memory, since a
+CUDA-aware MPI cannot be assumed; what arrives is combined on the GPU."""
 from __future__ import annotations
 
 from typing import Any, Optional
 
 import numpy as np
 
-from ..ops import UFUNC, ReduceOp
+from .. import memory
+from ..ops import ReduceOp
 from .base import Request, Transport
 
 _TAG = 7001
@@ -23,9 +26,48 @@ class _MpiRequest(Request):
     def test(self) -> bool:
         if not self.done and self.req.Test():
             if self.op is not None:
-                UFUNC[self.op](self.src, self.tmp, out=self.buf)
+                memory.reduce(self.buf, self.src, self.tmp, self.op)
+            elif self.tmp is not None:  # a staged device receive
+                memory.copy(self.buf, self.tmp)
             self.done = True
         return self.done
+
+
+class _StagedRecv(_MpiRequest):
+    """A receive into host memory for a device buffer: copied (or uploaded and reduced) on completion."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, peer, req, buf, host, op, src) -> None:
+        super().__init__(peer, req, buf, None, op, src)
+        self.host = host
+
+    def test(self) -> bool:
+        if not self.done and self.req.Test():
+            incoming = self.host.view(self.buf.dtype)
+            if self.op is None:
+                memory.copy(self.buf, incoming)
+            else:
+                memory.reduce(self.buf, self.src, _device_tmp(self.buf, incoming), self.op)
+            self.done = True
+        return self.done
+
+
+def _staged(buf):
+    """A host copy of a device buffer (cupy), or buf itself when it is host memory."""
+    if isinstance(buf, np.ndarray):
+        return buf
+    import cupy
+    return cupy.asnumpy(buf)
+
+
+def _device_tmp(buf, host):
+    """Where a staged receive that reduces lands on the GPU before combining."""
+    import cupy
+    with cupy.cuda.Device(buf.device.id):
+        out = cupy.asarray(host)
+    cupy.cuda.get_current_stream().synchronize()
+    return out
 
 
 class MpiTransport(Transport):
@@ -37,15 +79,19 @@ class MpiTransport(Transport):
         self.comm = mpi_comm
 
     def isend(self, peer: int, buf: np.ndarray) -> Request:
-        u8 = buf.view(np.uint8)
-        return _MpiRequest(peer, self.comm.Isend(u8, dest=peer, tag=_TAG), buf, None, None)
+        host = _staged(buf)
+        return _MpiRequest(peer, self.comm.Isend(host.view(np.uint8), dest=peer, tag=_TAG), host, None, None)
 
     def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp],
               src: Optional[np.ndarray] = None) -> Request:
-        tmp = None if op is None else np.empty_like(buf)
-        target = buf if op is None else tmp
-        return _MpiRequest(peer, self.comm.Irecv(target.view(np.uint8), source=peer, tag=_TAG), buf, tmp, op,
-                           src)
+        if isinstance(buf, np.ndarray):
+            tmp = None if op is None else np.empty_like(buf)
+            target = buf if op is None else tmp
+            return _MpiRequest(peer, self.comm.Irecv(target.view(np.uint8), source=peer, tag=_TAG), buf, tmp,
+                               op, src)
+        host = np.empty(buf.nbytes, dtype=np.uint8)
+        req = _StagedRecv(peer, self.comm.Irecv(host, source=peer, tag=_TAG), buf, host, op, src)
+        return req
 
     def abort(self) -> None:
         pass

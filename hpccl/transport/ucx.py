@@ -29,7 +29,8 @@ import numpy as np
 
 from .. import config, log
 from ..errors import HpcclEnvironmentError, HpcclError, HpcclRemoteError, HpcclSystemError
-from ..ops import UFUNC, ReduceOp
+from .. import memory
+from ..ops import ReduceOp
 from .base import Request, Transport
 
 
@@ -164,7 +165,7 @@ class _UcxReduceRequest(_UcxRequest):
 
     def _finish(self) -> None:
         super()._finish()
-        UFUNC[self.op](self.src, self.tmp, out=self.buf)
+        memory.reduce(self.buf, self.src, self.tmp, self.op)  # on the GPU for device buffers
         self.t._give_back(self.tmp)
         self.tmp = self.src = self.buf = None
 
@@ -324,7 +325,7 @@ class UcxTransport(Transport):
 
     # ----- life cycle --------------------------------------------------------------------------------
     def abort(self) -> None:
-        pass  # peers see closed endpoints (with error handling) or time out naming this rank
+        pass  # peers see closed endpoints (with error handling) or time out naming this rank (issue 11)
 
     def close(self) -> None:
         if self._closed:

@@ -1,0 +1,107 @@
+"""The GPU half of a Communicator, built at its first device call (on every rank together): the rank's
+device and memory component, and what runs device algorithms on this layout:
+
+  * one node: the kernel engine (cuda_comm.CudaComm) over GPU peer memory; its launches are stream-ordered
+    and capturable, and a repeated call replays a launch snapshot (fast path);
+  * several nodes: the network proxy (proxy.Proxy) and device primitives over a network transport of
+    their own (UCX, or MPI with host staging), on which the table's host schedules (ring, trees, linear)
+    run for device memory; hier's node steps go to the 'intra' sub-communicator's engine.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import config, log
+from .errors import HpcclUnsupported
+from .memory.cuda import DeviceMemory
+from .primitives import Primitives
+from .progress import Waiter
+
+
+class DeviceSide:
+    """Device state of one communicator; ``engine`` (one node) or ``proxy``/``prim`` (several nodes)."""
+
+    def __init__(self, comm: Any) -> None:
+        try:
+            import cupy
+        except ImportError as exc:
+            raise HpcclUnsupported(f"GPU buffers need CuPy (pip install hpccl[cuda]): {exc}") from None
+        try:
+            ndev = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # noqa: BLE001 - CUDARuntimeError when there is no driver
+            raise HpcclUnsupported(f"no CUDA device is visible to this process ({exc})") from None
+        if ndev < 1:
+            raise HpcclUnsupported("no CUDA device is visible to this process")
+        device = config.get("HPCCL_CUDA_DEVICE")
+        if device < 0:
+            device = comm.local_rank % ndev
+        self.device = device
+        self.mem = DeviceMemory(device)
+        self.engine: Any = None
+        self.proxy: Any = None
+        self.prim: Optional[Primitives] = None
+        self._transport: Any = None
+        if comm.num_nodes == 1:
+            from .cuda_comm import CudaComm
+            self.engine = CudaComm(comm, device)
+        else:
+            self._setup_network(comm, cupy)
+        log.info("INIT", "GPU %d for rank %d: %s", device, comm.rank,
+                 "kernels over peer memory" if self.engine is not None else
+                 f"network proxy over {self._transport.name}")
+
+    def _setup_network(self, comm: Any, cupy: Any) -> None:
+        from .proxy import Proxy, StreamOps
+        with cupy.cuda.Device(self.device):
+            cupy.zeros(1)  # a current context before UCX looks at device memory
+        self._transport = comm._new_net_transport()
+        timeout = config.get("HPCCL_TIMEOUT")
+        self.waiter = Waiter(timeout, 0, [q for q in range(comm.size) if q != comm.rank],
+                             lambda p: None, lambda: None, comm.abort)
+        self.prim = Primitives(comm.rank, comm.size, {r: self._transport for r in range(comm.size)}, None,
+                               self.waiter, DeviceMemory(self.device, blocking=True))
+        self.proxy = Proxy(StreamOps(self.device, timeout), comm.abort, name=f"hpccl-proxy-r{comm.rank}")
+
+    # ----- failures and completion -------------------------------------------------------------------------
+    def check(self, what: str) -> None:
+        """Raise the first failure an earlier GPU call met (a kernel's wait or a network step)."""
+        if self.engine is not None:
+            self.engine._check(what)
+        elif self.proxy.error is not None:
+            self.proxy.raise_error()
+
+    def synchronize(self) -> None:
+        """Wait for this rank's GPU work and network steps; raise the first failure among them."""
+        import cupy
+        if self.proxy is not None:
+            self.proxy.drain()
+        with cupy.cuda.Device(self.device):
+            cupy.cuda.runtime.deviceSynchronize()
+        if self.engine is not None:
+            if self.engine._err.value:
+                self.engine._fail("synchronize")
+        else:
+            self.proxy.raise_error()
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+        if self.proxy is not None:
+            self.proxy.close()
+            self.proxy = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+
+def stream_context(device: int, stream: int) -> Any:
+    """CuPy's device and current stream set to the caller's, so CuPy work (hier's temporaries and copies,
+    avg's scaling) is ordered with the kernels on that stream."""
+    import contextlib
+    import cupy
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device))
+    stack.enter_context(cupy.cuda.ExternalStream(stream))
+    return stack
+
