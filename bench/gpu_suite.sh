@@ -1,20 +1,30 @@
 #!/bin/bash
 # The GPU machine's one call: topology, GPU tests (2 ranks on 2 GPUs, then 4 ranks sharing 2 GPUs),
-# hpccl vs NCCL benchmark, overlap example. Logs and JSON go to $OUT (docs/perf/ keeps them).
-#   SUITE="topo tests2 tests4 bench overlap"  pick stages;  BENCH_ARGS="--sweep"  extra bench flags
+# the same tests on emulated multi-node layouts (2 nodes x 1 GPU, 2 nodes x 2 ranks; UCX between
+# "nodes", default transports and TCP + cuda_copy), hpccl vs NCCL benchmarks (NCCL forced onto its
+# network transport for the 2-node runs), overlap example. Logs and JSON go to $OUT (docs/perf/).
+#   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap"  pick stages;
+#   BENCH_ARGS="--sweep"  extra bench flags. Carry ucxx wheels in .whl/ for the multi-node stages.
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
 # stage time limits (T_*) add up to under the device tool's 10-minute call.
 set -o pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HPCCL_TIMEOUT=${HPCCL_TIMEOUT:-60}
+if ls .whl/*.whl >/dev/null 2>&1; then  # ucxx + libucx 1.20.1 for the UCX transport (no internet there)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
+# Debian's Open MPI would load the system UCX beside the wheel's: keep MPI on its own transports
+export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct UCX_WARN_UNUSED_ENV_VARS=n
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 SUITE=${SUITE:-topo tests2 tests4 bench perf overlap}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONUNBUFFERED \
-         PYTHONDONTWRITEBYTECODE HPCCL_TIMEOUT PYTHONPATH HPCCL_ALGO HPCCL_CUDA_BLOCKS HPCCL_DEBUG; do
+         PYTHONDONTWRITEBYTECODE HPCCL_TIMEOUT PYTHONPATH HPCCL_ALGO HPCCL_CUDA_BLOCKS HPCCL_DEBUG \
+         UCX_WARN_UNUSED_ENV_VARS; do
   [ -n "${!v+x}" ] && MPIRUN="$MPIRUN -x $v"
 done
 rc=0
@@ -36,6 +46,38 @@ if has tests4; then
   stage "tests: 4 ranks sharing 2 GPUs (quick matrix)"
   HPCCL_TEST_QUICK=1 timeout ${T_TESTS4:-100} $MPIRUN -x HPCCL_TEST_QUICK=1 -n 4 python3 -m pytest tests/gpu -q -x \
     -p no:cacheprovider --color=no -k "not timeout and not host_memory" ${PYTEST_ARGS:-} || rc=1
+fi
+if has tests2n; then
+  stage "tests: 2 nodes x 1 GPU (HPCCL_NODE_ID=split:1), UCX default transports"
+  timeout ${T_TESTS2N:-240} $MPIRUN -x HPCCL_NODE_ID=split:1 -n 2 python3 -m pytest tests/gpu -q -x \
+    -p no:cacheprovider --color=no -rs ${PYTEST_ARGS:-} || rc=1
+fi
+if has tests4n; then
+  stage "tests: 2 nodes x 2 ranks on 2 GPUs (HPCCL_NODE_ID=split:2, quick matrix)"
+  timeout ${T_TESTS4N:-240} $MPIRUN -x HPCCL_NODE_ID=split:2 -x HPCCL_TEST_QUICK=1 -n 4 python3 -m pytest tests/gpu \
+    -q -x -p no:cacheprovider --color=no -rs ${PYTEST_ARGS:-} || rc=1
+fi
+if has testsTcp; then
+  stage "tests: 2 nodes x 1 GPU over UCX_TLS=tcp,cuda_copy,self (network-like, quick matrix)"
+  timeout ${T_TESTSTCP:-200} $MPIRUN -x HPCCL_NODE_ID=split:1 -x HPCCL_TEST_QUICK=1 -x UCX_TLS=tcp,cuda_copy,self -n 2 \
+    python3 -m pytest tests/gpu -q -x -p no:cacheprovider --color=no -rs -k "not timeout" ${PYTEST_ARGS:-} || rc=1
+fi
+if has perfnet; then
+  # NCCL on its network transport (sockets) for the same 2-node layout, timed in the same run as hpccl;
+  # NCCL_DEBUG=INFO shows which transport it used (the "Using network" line is kept, the rest dropped)
+  NET="-x HPCCL_NODE_ID=split:1 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1"
+  NET="$NET -x NCCL_SOCKET_IFNAME=lo -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET"
+  for tls in tcp,cuda_copy,self default; do
+    stage "hpccl-perf all_reduce, 2 nodes x 1 GPU, UCX_TLS=$tls, vs NCCL over its network transport"
+    x=""; [ "$tls" != default ] && x="-x UCX_TLS=$tls"
+    timeout ${T_PERFNET:-200} $MPIRUN $NET $x -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda -b 8 -e 256M \
+      -f 4 --check --compare nccl --json "$OUT/perf_net_${tls%%,*}.json" > /tmp/perfnet.log 2>&1 || rc=1
+    grep -m2 "Using network\|NET/Socket : Using" /tmp/perfnet.log
+    grep -v "NCCL INFO" /tmp/perfnet.log
+  done
+  stage "hpccl-perf all_reduce, one node, 2 GPUs (the pure intra-node path, for the cuda_ipc comparison)"
+  timeout ${T_PERFNET:-200} $MPIRUN -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda -b 1M -e 256M -f 4 --check \
+    --json "$OUT/perf_intra.json" || rc=1
 fi
 if has bench; then
   stage "bench: hpccl vs NCCL"

@@ -20,7 +20,7 @@ from . import config, log
 from .algorithms import ALGORITHMS, Layout, eligible
 from .algorithms import hier
 from .bootstrap import MpiBootstrap
-from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclUnsupported
+from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclTimeoutError, HpcclUnsupported
 from .interop import CUDA, HOST, memory_kind
 from .memory import host
 from .ops import AVG, SUM, ReduceOp, as_op, check_op_dtype
@@ -53,6 +53,7 @@ class Communicator:
         self._sub: Dict[str, "Communicator"] = {}
         self._node_override = node_id
         self._dev: Any = None  # device.DeviceSide, built at the first device call
+        self.parent_ranks: Optional[List[int]] = None  # a hier sub-communicator's ranks in its parent
         self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
 
@@ -180,8 +181,9 @@ class Communicator:
         first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing."""
         if self._dev is not None:
             self._dev.synchronize()
-        for sub in self._sub.values():
-            sub.synchronize()
+        for kind in ("inter", "intra"):  # a network step's failure names who never came: report it first
+            if kind in self._sub:
+                self._sub[kind].synchronize()
 
     def abort(self) -> None:
         """Mark this communicator failed and tell local peers, so they stop waiting."""
@@ -290,9 +292,18 @@ class Communicator:
                 self._collective(call)
             else:
                 self._run_device(call)
-        except HpcclError:
+        except HpcclError as exc:
             self.abort()
-            raise
+            raise self._in_parent(exc) from None
+
+    def _in_parent(self, exc: HpcclError) -> HpcclError:
+        """A sub-communicator's timeout names its parent's ranks, the ones the user knows."""
+        if self.parent_ranks is None or not isinstance(exc, HpcclTimeoutError):
+            return exc
+        pr = self.parent_ranks
+        return HpcclTimeoutError(exc.collective, exc.seq, [pr[m] for m in exc.missing if 0 <= m < len(pr)],
+                                 config.get("HPCCL_TIMEOUT"), "ranks of the whole communicator; a step of its "
+                                 "hierarchical algorithm")
 
     def _submit(self, call: "Call") -> None:
         if self._group is not None:
@@ -341,7 +352,10 @@ class Communicator:
 
         def step() -> None:
             dev.waiter.collective, dev.waiter.seq = coll, seq
-            spec.cuda(prim, *args)
+            try:
+                spec.cuda(prim, *args)
+            except HpcclError as exc:
+                raise self._in_parent(exc) from None
             if finish is not None:
                 prim.mem.finish(finish, op, size)
         dev.proxy.enqueue(st, step, f"{coll} #{seq}")
@@ -562,7 +576,7 @@ class Communicator:
             st = dev.mem.stream(stream, None)
             if dev.engine is not None:
                 return self._submit(Call("barrier", dev.mem, st, 0, (), fn=lambda c, call: dev.engine.barrier(st)))
-            z = dev.mem.empty(0, np.dtype(np.uint8))
+            z = dev.mem.empty(1, np.dtype(np.uint8))  # a byte: UCX is not handed a null device pointer
             return self._submit(Call("barrier", dev.mem, st, 0, (), fn=lambda c, call: c._net_barrier(call, z)))
         self._submit(Call("barrier", host, None, 0, (), fn=Communicator._host_barrier))
 
@@ -690,8 +704,11 @@ class Communicator:
         if kind not in self._sub:
             color = self.node if kind == "intra" else self.local_rank
             sub = self._boot.split(color, self.rank)
-            self._sub[kind] = Communicator(sub, node_id=f"{kind}{self.node}" if kind == "intra" else None)
+            c = Communicator(sub, node_id=f"{kind}{self.node}" if kind == "intra" else None)
             sub.Free()
+            c.parent_ranks = (self.nodes.ranks_on(self.node) if kind == "intra" else
+                              [r for r in range(self.size) if self.nodes.local_rank(r) == self.local_rank])
+            self._sub[kind] = c
         return self._sub[kind]
 
 

@@ -103,6 +103,7 @@ class CudaComm:
         self._last_stream: Optional[int] = None
         self._seq = 0
         self.last: Optional[Tuple[Launch, Optional[str]]] = None
+        self._what = "idle"  # the last collective enqueued (named when a later check finds a failure)
         # fast path: launches snapshotted per (collective, buffers, dtype, op, root, stream)
         self._fast: Dict[tuple, Launch] = {}
         self._live = True
@@ -166,7 +167,8 @@ class CudaComm:
         except Exception:  # noqa: BLE001
             pass
         if code == ERR_TIMEOUT:
-            raise HpcclTimeoutError(what, self._seq, [], config.get("HPCCL_TIMEOUT"),
+            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self._seq, [],
+                                    config.get("HPCCL_TIMEOUT"),
                                     "a GPU kernel's wait for a peer's flag timed out; a rank did not make "
                                     "the same collective call or its GPU stalled")
         raise HpcclSystemError(f"GPU collective failed with device error code {code}")
@@ -200,6 +202,7 @@ class CudaComm:
             if rc:
                 raise HpcclSystemError(f"{what}: cuLaunchKernel failed: {self.driver.error_name(rc)}")
         self._seq += 1
+        self._what = what
         self.last = (ln, kind)
 
     def _set(self, send: int, recv: int, nbytes: int, stride: int, chunk: int, root: int,

@@ -167,8 +167,11 @@ class Proxy:
             ev, step, gen, what = item
             try:
                 if self.error is None:
-                    while not self.ops.ready(ev):
-                        time.sleep(2e-5)
+                    polls = 0
+                    while not self.ops.ready(ev):  # spin briefly (latency), then nap (CPU)
+                        polls += 1
+                        if polls > 200:
+                            time.sleep(2e-5)
                     step()
                     self.ops.thread_sync(s)
             except BaseException as exc:  # noqa: BLE001 - kept and raised on the caller's thread

@@ -146,6 +146,9 @@ def best_flat(coll: str, P: Optional[Path], nbytes: float, n: int, algos: Option
     return a, cand[a]
 
 
+#: schedules that run over point-to-point messages only (what a network step can use)
+NET_ALGOS = ("ring", "tree", "rd", "dbtree", "linear")
+
 HIER_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
 
@@ -240,7 +243,8 @@ class Tuner:
         N = float(nbytes)
         if kind == "cuda":
             if algo == "hier":  # node steps as kernels, the network step over UCX with device memory
-                return hier_time(coll, N, self.nodes, self.local, None, self.gpu_net)[0]
+                return hier_time(coll, N, self.nodes, self.local, None, self.gpu_net,
+                                 inter_algos=NET_ALGOS)[0]
             if self.nodes == 1:
                 return KERNEL_MODELS[coll][algo](N, self.n)
             return MODELS[coll][algo](self.gpu_net, N, self.n, 1.0)
