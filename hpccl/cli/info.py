@@ -22,7 +22,11 @@ def _version(mod: str) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    argparse.ArgumentParser(prog="hpccl-info", description=__doc__.split("\n\n")[0]).parse_args(argv)
+    p = argparse.ArgumentParser(prog="hpccl-info", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpu-network", action="store_true",
+                   help="check GPU-Direct RDMA between nodes even when the job has one node or no GPU "
+                        "is visible (it is checked anyway when GPUs are visible and nodes > 1)")
+    a = p.parse_args(argv)
     import hpccl
     from hpccl import config
     from mpi4py import MPI
@@ -44,14 +48,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
     say(f"  this host {socket.gethostname()}: {os.cpu_count()} CPUs, /dev/shm "
         + (f"{shm.total / 2**20:.0f} MiB ({shm.free / 2**20:.0f} free)" if shm else "absent"))
+    gpus = False
     try:
         from hpccl.topology import nvml
         say(nvml.describe())
+        gpus = bool(nvml.gpus())
     except Exception as exc:  # noqa: BLE001 - no GPU or no NVML is a normal state
         say(f"  GPUs: none visible ({type(exc).__name__}: {exc})")
     try:
-        from hpccl.envcheck import check_environment
-        for msg in check_environment(0, comm.local_size, False):
+        from hpccl.envcheck import check_environment, describe_gpudirect
+        # GPUs on a communicator that spans nodes: CUDA buffers go between nodes, so GPU-Direct RDMA
+        # matters (or --gpu-network asks for the check anyway).
+        gpu_network = a.gpu_network or (gpus and comm.num_nodes > 1)
+        if gpu_network:
+            say(f"  network: {describe_gpudirect()}")
+        for msg in check_environment(0, comm.local_size, False, gpu_network=gpu_network):
             say(f"  environment: {msg}")
     except ImportError:
         pass
