@@ -24,7 +24,7 @@ SUITE=${SUITE:-topo tests2 tests4 bench perf overlap}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONUNBUFFERED \
          PYTHONDONTWRITEBYTECODE HPCCL_TIMEOUT PYTHONPATH HPCCL_ALGO HPCCL_CUDA_BLOCKS HPCCL_DEBUG \
-         UCX_WARN_UNUSED_ENV_VARS; do
+         UCX_WARN_UNUSED_ENV_VARS PYTEST_ADDOPTS; do
   [ -n "${!v+x}" ] && MPIRUN="$MPIRUN -x $v"
 done
 rc=0
@@ -49,7 +49,7 @@ if has tests4; then
 fi
 if has tests2n; then
   stage "tests: 2 nodes x 1 GPU (HPCCL_NODE_ID=split:1), UCX default transports"
-  timeout ${T_TESTS2N:-240} $MPIRUN -x HPCCL_NODE_ID=split:1 -n 2 python3 -m pytest tests/gpu -q -x \
+  timeout ${T_TESTS2N:-240} $MPIRUN -x HPCCL_NODE_ID=split:1 -n 2 tests/scripts/gpu_per_rank.sh python3 -m pytest tests/gpu -q -x \
     -p no:cacheprovider --color=no -rs ${PYTEST_ARGS:-} || rc=1
 fi
 if has tests4n; then
@@ -59,7 +59,7 @@ if has tests4n; then
 fi
 if has testsTcp; then
   stage "tests: 2 nodes x 1 GPU over UCX_TLS=tcp,cuda_copy,self (network-like, quick matrix)"
-  timeout ${T_TESTSTCP:-200} $MPIRUN -x HPCCL_NODE_ID=split:1 -x HPCCL_TEST_QUICK=1 -x UCX_TLS=tcp,cuda_copy,self -n 2 \
+  timeout ${T_TESTSTCP:-200} $MPIRUN -x HPCCL_NODE_ID=split:1 -x HPCCL_TEST_QUICK=1 -x UCX_TLS=tcp,cuda_copy,self -n 2 tests/scripts/gpu_per_rank.sh \
     python3 -m pytest tests/gpu -q -x -p no:cacheprovider --color=no -rs -k "not timeout" ${PYTEST_ARGS:-} || rc=1
 fi
 if has perfnet; then
@@ -70,7 +70,7 @@ if has perfnet; then
   for tls in tcp,cuda_copy,self default; do
     stage "hpccl-perf all_reduce, 2 nodes x 1 GPU, UCX_TLS=$tls, vs NCCL over its network transport"
     x=""; [ "$tls" != default ] && x="-x UCX_TLS=$tls"
-    timeout ${T_PERFNET:-200} $MPIRUN $NET $x -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda -b 8 -e 256M \
+    timeout ${T_PERFNET:-200} $MPIRUN $NET $x -n 2 tests/scripts/gpu_per_rank.sh python3 -m hpccl.cli.perf all_reduce --mem cuda -b 8 -e 256M \
       -f 4 --check --compare nccl --json "$OUT/perf_net_${tls%%,*}.json" > /tmp/perfnet.log 2>&1 || rc=1
     grep -m2 "Using network\|NET/Socket : Using" /tmp/perfnet.log
     grep -v "NCCL INFO" /tmp/perfnet.log

@@ -349,6 +349,7 @@ class Communicator:
                     dev.mem.finish(finish, call.op, self.size)
             return
         prim, seq, size, op = dev.prim, self._seq, self.size, call.op
+        prim.mem.prepare(prim.mem.dtype(args[0]), op)
 
         def step() -> None:
             dev.waiter.collective, dev.waiter.seq = coll, seq

@@ -94,7 +94,7 @@ class CudaComm:
         self.p2p_args = P2PArgs()
         ctypes.memmove(ctypes.addressof(self.p2p_args.c), ctypes.addressof(a), ctypes.sizeof(CommArgs))
         self.driver = Driver.get()
-        self.kernels = Kernels(device)
+        self.kernels = Kernels.for_device(device)
         self.threads = max(64, min(512, config.get("HPCCL_CUDA_THREADS")))
         self.maxb = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS")))
         self.block_bytes = max(256, config.get("HPCCL_CUDA_BLOCK_BYTES"))

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from . import config, log
 from .errors import HpcclUnsupported
-from .memory.cuda import DeviceMemory
+from .memory.cuda import DeviceMemory, blocking_for_device
 from .primitives import Primitives
 from .progress import Waiter
 
@@ -32,10 +32,7 @@ class DeviceSide:
             raise HpcclUnsupported(f"no CUDA device is visible to this process ({exc})") from None
         if ndev < 1:
             raise HpcclUnsupported("no CUDA device is visible to this process")
-        device = config.get("HPCCL_CUDA_DEVICE")
-        if device < 0:
-            device = comm.local_rank % ndev
-        self.device = device
+        self.device = device = rank_device(comm.local_rank, ndev)
         self.mem = DeviceMemory(device)
         self.engine: Any = None
         self.proxy: Any = None
@@ -59,7 +56,7 @@ class DeviceSide:
         self.waiter = Waiter(timeout, 0, [q for q in range(comm.size) if q != comm.rank],
                              lambda p: None, lambda: None, comm.abort)
         self.prim = Primitives(comm.rank, comm.size, {r: self._transport for r in range(comm.size)}, None,
-                               self.waiter, DeviceMemory(self.device, blocking=True))
+                               self.waiter, blocking_for_device(self.device))
         self.proxy = Proxy(StreamOps(self.device, timeout), comm.abort, name=f"hpccl-proxy-r{comm.rank}")
 
     # ----- failures and completion -------------------------------------------------------------------------
@@ -93,6 +90,12 @@ class DeviceSide:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+def rank_device(local_rank: int, ndev: int) -> int:
+    """This rank's GPU: HPCCL_CUDA_DEVICE when set (>= 0), else local_rank % visible GPUs."""
+    device = config.get("HPCCL_CUDA_DEVICE")
+    return device if device >= 0 else local_rank % ndev
 
 
 def stream_context(device: int, stream: int) -> Any:

@@ -87,6 +87,16 @@ class Kernels:
     """Compiled modules of one device (one per dtype that was used, plus the dtype-free one)."""
 
     _lock = threading.Lock()
+    _by_device: Dict[int, "Kernels"] = {}
+
+    @classmethod
+    def for_device(cls, device: int) -> "Kernels":
+        """One shared instance per device: a module is compiled and loaded once per process."""
+        with cls._lock:
+            k = cls._by_device.get(device)
+            if k is None:
+                k = cls._by_device[device] = Kernels(device)
+        return k
 
     def __init__(self, device: int) -> None:
         self.device = device

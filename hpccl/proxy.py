@@ -46,6 +46,15 @@ class StreamOps:
         self.dptr = self.driver.host_device_pointer(self._host)
         self.timeout_ns = int(timeout_s * 1e9)
         self._kernel_wait: Optional[Any] = None  # set when cuStreamWaitValue32 is refused
+        with cupy.cuda.Device(device):  # probe the driver now (value 0 is already reached), and load the
+            s = cupy.cuda.Stream(non_blocking=True)  # fallback kernel before any stream is held
+            rc = self.driver.wait_value32(ctypes.c_void_p(s.ptr), self.dptr, 0, WAIT_GEQ)
+            if rc:
+                log.info("PROXY", "cuStreamWaitValue32 on host memory refused (%s); holding streams with a "
+                         "polling kernel", self.driver.error_name(rc))
+                self._kernel_wait = self._make_kernel_wait()
+                self._kernel_wait(s.ptr, 0)
+            s.synchronize()
 
     def capturing(self, stream: int) -> bool:
         try:
@@ -65,16 +74,14 @@ class StreamOps:
         """Make ``stream`` wait until the release word reaches ``gen``."""
         if self._kernel_wait is None:
             rc = self.driver.wait_value32(ctypes.c_void_p(stream), self.dptr, gen & 0xFFFFFFFF, WAIT_GEQ)
-            if rc == 0:
-                return
-            log.info("PROXY", "cuStreamWaitValue32 on host memory refused (%s); holding streams with a "
-                     "polling kernel", self.driver.error_name(rc))
-            self._kernel_wait = self._make_kernel_wait()
+            if rc:
+                raise HpcclSystemError(f"holding the stream for a network step failed: {self.driver.error_name(rc)}")
+            return
         self._kernel_wait(stream, gen)
 
     def _make_kernel_wait(self) -> Callable[[int, int], None]:
         from .kernels import Kernels, Launch
-        func = Kernels(self.device).func("hp_wait_host")
+        func = Kernels.for_device(self.device).func("hp_wait_host")
         args = [ctypes.c_uint64(self.dptr), ctypes.c_uint32(0), ctypes.c_uint64(self.dptr + 32),
                 ctypes.c_uint64(self.timeout_ns)]
         ln = Launch(self.driver, func, 1, 32, args)

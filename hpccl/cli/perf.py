@@ -71,10 +71,9 @@ class _Mem:
         self.kind = kind
         if kind == "cuda":
             import cupy
-            from hpccl import config
             self.cp = cupy
-            dev = config.get("HPCCL_CUDA_DEVICE")
-            cupy.cuda.Device(dev if dev >= 0 else local_rank % cupy.cuda.runtime.getDeviceCount()).use()
+            from hpccl.device import rank_device
+            cupy.cuda.Device(rank_device(local_rank, cupy.cuda.runtime.getDeviceCount())).use()
 
     def put(self, a: np.ndarray) -> Any:
         return self.cp.asarray(a) if self.kind == "cuda" else a

@@ -204,7 +204,7 @@ class DeviceMemory:
         self.device = device
         self.blocking = blocking
         self._kernels: Any = None
-        self._launch: Dict[tuple, Any] = {}
+        self._launch: Dict[tuple, Any] = {}  # (dtype, op) whose kernels are loaded
 
     # -- validation and views --------------------------------------------------------------------------
     def view(self, obj: Any, name: str) -> Tuple[Any, Any]:
@@ -303,15 +303,37 @@ class DeviceMemory:
     def _kernel(self, name: str, dt: int) -> int:
         if self._kernels is None:
             from ..kernels import Kernels
-            self._kernels = Kernels(self.device)
+            self._kernels = Kernels.for_device(self.device)
         return self._kernels.func(name, dt)
 
-    def _run(self, name: str, dt: int, n: int, args: list) -> None:
+    def prepare(self, dtype: np.dtype, op: Any) -> None:
+        """Load the kernels a network step will combine ``dtype`` with, before the caller's stream is
+        held: with CUDA's lazy loading, a first launch inside the step could wait for that very stream."""
+        import ctypes
+        import cupy
+        from ..kernels import DTYPE_IDS, OP_IDS
+        key = (dtype, op)
+        if key in self._launch:
+            return
+        dt = DTYPE_IDS[dtype_name(dtype)]
+        names = [f"hp_reduce_local<{dt}, {OP_IDS[op.value]}>"] if op is not None else []
+        if op is not None and op.value == "avg":
+            names.append(f"hp_scale_local<{dt}>")
+        z = ctypes.c_uint64(0)
+        with cupy.cuda.Device(self.device):
+            s = cupy.cuda.Stream(non_blocking=True)
+            for name in names:  # an empty launch loads the function
+                args = [z, z, z, z] if "reduce" in name else [z, z, ctypes.c_int(1)]
+                self._run(name, dt, 0, args, s.ptr)
+            s.synchronize()
+        self._launch[key] = True
+
+    def _run(self, name: str, dt: int, n: int, args: list, stream: Optional[int] = None) -> None:
         import cupy
         from ..kernels import Driver, Launch
         grid = max(1, min(1024, -(-n // 512)))
         ln = Launch(Driver.get(), self._kernel(name, dt), grid, 512, args)
-        rc = ln(cupy.cuda.get_current_stream().ptr)
+        rc = ln(cupy.cuda.get_current_stream().ptr if stream is None else stream)
         if rc:
             from ..errors import HpcclSystemError
             raise HpcclSystemError(f"{name}: cuLaunchKernel failed: {Driver.get().error_name(rc)}")
@@ -354,7 +376,12 @@ _BLOCKING: Dict[int, DeviceMemory] = {}
 
 def blocking_memory(arr: Any) -> DeviceMemory:
     """The blocking component for ``arr``'s device (what transports use to combine received data)."""
-    dev = arr.device.id
+    return blocking_for_device(arr.device.id)
+
+
+def blocking_for_device(dev: int) -> DeviceMemory:
+    """The one blocking component of a device (the proxy's primitives and the transports share it, and
+    so its loaded kernels)."""
     m = _BLOCKING.get(dev)
     if m is None:
         m = _BLOCKING[dev] = DeviceMemory(dev, blocking=True)

@@ -28,9 +28,9 @@ OPS = (SUM, PROD, MIN, MAX, AVG)
 def world():
     import cupy
     import hpccl
+    from hpccl.device import rank_device
     comm = hpccl.Communicator()
-    ndev = cupy.cuda.runtime.getDeviceCount()
-    dev = comm.local_rank % ndev
+    dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.Device(dev).use()
     if have_torch():
         import torch
