@@ -67,11 +67,11 @@ if has perfnet; then
   # NCCL_DEBUG=INFO shows which transport it used (the "Using network" line is kept, the rest dropped)
   NET="-x HPCCL_NODE_ID=split:1 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1"
   NET="$NET -x NCCL_SOCKET_IFNAME=lo -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET"
-  for tls in tcp,cuda_copy,self default; do
+  for tls in ${PERFNET_TLS:-tcp,cuda_copy,self default}; do
     stage "hpccl-perf all_reduce, 2 nodes x 1 GPU, UCX_TLS=$tls, vs NCCL over its network transport"
     x=""; [ "$tls" != default ] && x="-x UCX_TLS=$tls"
-    timeout ${T_PERFNET:-200} $MPIRUN $NET $x -n 2 tests/scripts/gpu_per_rank.sh python3 -m hpccl.cli.perf all_reduce --mem cuda -b 8 -e 256M \
-      -f 4 --check --compare nccl --json "$OUT/perf_net_${tls%%,*}.json" > /tmp/perfnet.log 2>&1 || rc=1
+    timeout ${T_PERFNET:-200} $MPIRUN $NET $x -n 2 tests/scripts/gpu_per_rank.sh python3 -m hpccl.cli.perf all_reduce --mem cuda -b 8 \
+      -e ${PERFNET_MAX:-256M} -f 4 --check --compare nccl --json "$OUT/perf_net_${tls%%,*}.json" > /tmp/perfnet.log 2>&1 || rc=1
     grep -m2 "Using network\|NET/Socket : Using" /tmp/perfnet.log
     grep -v "NCCL INFO" /tmp/perfnet.log
   done

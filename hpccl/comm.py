@@ -350,6 +350,7 @@ class Communicator:
             return
         prim, seq, size, op = dev.prim, self._seq, self.size, call.op
         prim.mem.prepare(prim.mem.dtype(args[0]), op)
+        dev.proxy.ops.reserve(4 * call.nbytes + (1 << 20))  # temporaries of any schedule in the table
 
         def step() -> None:
             dev.waiter.collective, dev.waiter.seq = coll, seq

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from . import config, log
-from .errors import HpcclUnsupported
+from .errors import HpcclSystemError, HpcclUnsupported
 from .memory.cuda import DeviceMemory, blocking_for_device
+from .ops import SUM
 from .primitives import Primitives
 from .progress import Waiter
 
@@ -57,7 +60,29 @@ class DeviceSide:
                              lambda p: None, lambda: None, comm.abort)
         self.prim = Primitives(comm.rank, comm.size, {r: self._transport for r in range(comm.size)}, None,
                                self.waiter, blocking_for_device(self.device))
-        self.proxy = Proxy(StreamOps(self.device, timeout), comm.abort, name=f"hpccl-proxy-r{comm.rank}")
+        ops = StreamOps(self.device, timeout)
+        self.proxy = Proxy(ops, comm.abort, name=f"hpccl-proxy-r{comm.rank}")
+        self._warm_up(comm, ops, cupy)
+
+    def _warm_up(self, comm: Any, ops: Any, cupy: Any) -> None:
+        """Exchange device memory with both ring neighbours once, copy and reduce, before any stream is
+        held: UCX then has its bounce buffers, memory handles and CUDA resources, and the reduce kernel is
+        loaded (each could otherwise synchronize implicitly inside a step). Collective."""
+        n, r = comm.size, comm.rank
+        nb = 4 << 20
+        ops.reserve(4 * nb + (1 << 20))
+        with cupy.cuda.Device(self.device), ops.stream:
+            send = cupy.ones(nb // 4, dtype=cupy.float32)
+            got = cupy.zeros(nb // 4, dtype=cupy.float32)
+            self.prim.mem.prepare(np.dtype(np.float32), SUM)
+            right, left = (r + 1) % n, (r - 1) % n
+            self.waiter.collective, self.waiter.seq = "set-up (GPU network warm-up)", 0
+            self.prim.exchange([(right, send)], [(left, got, None)])
+            self.prim.exchange([(right, send)], [(left, got, SUM)])
+            ops.stream.synchronize()
+            if float(got[0]) != 2.0:
+                raise HpcclSystemError(f"GPU network warm-up with rank {left} moved wrong data "
+                                       f"({float(got[0])} instead of 2.0)")
 
     # ----- failures and completion -------------------------------------------------------------------------
     def check(self, what: str) -> None:

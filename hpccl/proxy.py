@@ -12,6 +12,11 @@ combine it, on the proxy's own stream), then writes g: S runs on. A step that fa
 HpcclTimeoutError naming the ranks; a transport error) still writes g, so no stream stays blocked; the
 error is kept and raised by the communicator's next call or synchronize(), like ncclCommGetAsyncError.
 A CUDA graph cannot hold a host-driven step: enqueue() refuses a capturing stream before doing anything.
+
+While a stream is held, the proxy must not make a CUDA call that synchronizes implicitly (allocating
+device or pinned memory, loading a kernel): it would wait for the held stream, which waits for the proxy.
+So the kernels a step uses are loaded, the memory it allocates is reserved in the proxy stream's pool,
+and UCX's own buffers and handles are warmed up, all before the caller's stream is held.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from . import log
 from .errors import HpcclError, HpcclSystemError, HpcclUnsupported
 
 WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe: (int32)(*addr - value) >= 0)
+DEFAULT_STREAMS = (0, 1, 2)  # the legacy default stream (0, cudaStreamLegacy) and per-thread default
 
 
 class StreamOps:
@@ -46,6 +52,9 @@ class StreamOps:
         self.dptr = self.driver.host_device_pointer(self._host)
         self.timeout_ns = int(timeout_s * 1e9)
         self._kernel_wait: Optional[Any] = None  # set when cuStreamWaitValue32 is refused
+        self._reserved = 0
+        with cupy.cuda.Device(device):
+            self.stream = cupy.cuda.Stream(non_blocking=True)  # the proxy's stream (its memory pool arena)
         with cupy.cuda.Device(device):  # probe the driver now (value 0 is already reached), and load the
             s = cupy.cuda.Stream(non_blocking=True)  # fallback kernel before any stream is held
             rc = self.driver.wait_value32(ctypes.c_void_p(s.ptr), self.dptr, 0, WAIT_GEQ)
@@ -97,11 +106,21 @@ class StreamOps:
         self.word.value = gen & 0xFFFFFFFF
 
     def thread_setup(self) -> Any:
-        """Runs on the proxy thread: make the device current and give the thread a stream of its own."""
+        """Runs on the proxy thread: make the device current and use the proxy's stream."""
         self.cupy.cuda.Device(self.device).use()
-        s = self.cupy.cuda.Stream(non_blocking=True)
-        s.use()
-        return s
+        self.stream.use()
+        return self.stream
+
+    def reserve(self, nbytes: int) -> None:
+        """Make the proxy stream's memory pool hold a free block of ``nbytes``, so what a step allocates
+        (receive temporaries, scratch) is carved from it without a cudaMalloc while a stream is held."""
+        if nbytes <= self._reserved:
+            return
+        cupy = self.cupy
+        with cupy.cuda.Device(self.device), self.stream:
+            block = cupy.empty(nbytes, dtype=cupy.uint8)
+            del block  # back to the pool, cached for allocations on this stream
+        self._reserved = nbytes
 
     def thread_sync(self, s: Any) -> None:
         s.synchronize()
@@ -137,13 +156,20 @@ class Proxy:
                                    "nodes), which a CUDA graph cannot hold; capture only single-node calls")
 
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
-        """Order ``step`` after what ``stream`` holds and before what the caller enqueues next."""
+        """Order ``step`` after what ``stream`` holds and before what the caller enqueues next. On the
+        default streams (legacy or per-thread) the step completes before this returns instead: a wait
+        queued there would, through CUDA's implicit synchronization, also stall the blocking streams
+        and allocations UCX's own CUDA transports may need, so the step could never finish."""
         self.check_capture(stream, what)
         ev = self.ops.record(stream)
         self._gen += 1
         gen = self._gen
         self._q.put((ev, step, gen, what))
-        self.ops.hold(stream, gen)
+        if stream in DEFAULT_STREAMS:
+            self.drain()
+            self.raise_error()
+        else:
+            self.ops.hold(stream, gen)
 
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every enqueued step has run (or failed); False if ``timeout`` passed first."""
