@@ -281,6 +281,8 @@ class Communicator:
         return names
 
     def _run(self, call: "Call") -> None:
+        if call.mem is not host and self.num_nodes > 1:  # refused before it counts or aborts anything
+            self._check_capture(call.stream, call.coll)
         self._seq += 1
         self._waiter.collective, self._waiter.seq = call.coll, self._seq
         for t in self._transports:
