@@ -54,6 +54,7 @@ class Communicator:
         self._node_override = node_id
         self._dev: Any = None  # device.DeviceSide, built at the first device call
         self.parent_ranks: Optional[List[int]] = None  # a hier sub-communicator's ranks in its parent
+        self.cuda_device: Optional[int] = None  # a sub-communicator's GPU: its parent's, not its own guess
         self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
 
@@ -713,7 +714,10 @@ class Communicator:
             c.parent_ranks = (self.nodes.ranks_on(self.node) if kind == "intra" else
                               [r for r in range(self.size) if self.nodes.local_rank(r) == self.local_rank])
             self._sub[kind] = c
-        return self._sub[kind]
+        sub = self._sub[kind]
+        if self._dev is not None and sub.cuda_device is None:
+            sub.cuda_device = self._dev.device  # 'inter' has local rank 0 everywhere: never guess from it
+        return sub
 
 
 class Call:

@@ -35,7 +35,8 @@ class DeviceSide:
             raise HpcclUnsupported(f"no CUDA device is visible to this process ({exc})") from None
         if ndev < 1:
             raise HpcclUnsupported("no CUDA device is visible to this process")
-        self.device = device = rank_device(comm.local_rank, ndev)
+        device = comm.cuda_device if comm.cuda_device is not None else rank_device(comm.local_rank, ndev)
+        self.device = device
         self.mem = DeviceMemory(device)
         self.engine: Any = None
         self.proxy: Any = None
