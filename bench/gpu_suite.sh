@@ -75,8 +75,8 @@ if has perfnet; then
     grep -m2 "Using network\|NET/Socket : Using" /tmp/perfnet.log
     grep -v "NCCL INFO" /tmp/perfnet.log
   done
-  stage "hpccl-perf all_reduce, one node, 2 GPUs (the pure intra-node path, for the cuda_ipc comparison)"
-  timeout ${T_PERFNET:-200} $MPIRUN -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda -b 1M -e 256M -f 4 --check \
+  [ -n "${PERFNET_NO_INTRA:-}" ] || stage "hpccl-perf all_reduce, one node, 2 GPUs (the pure intra-node path)"
+  [ -n "${PERFNET_NO_INTRA:-}" ] || timeout ${T_PERFNET:-200} $MPIRUN -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda -b 1M -e 256M -f 4 --check \
     --json "$OUT/perf_intra.json" || rc=1
 fi
 if has bench; then
