@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from . import log
+from . import config, log
 from .errors import HpcclError, HpcclSystemError, HpcclUnsupported
 
 WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe: (int32)(*addr - value) >= 0)
@@ -145,6 +145,7 @@ class Proxy:
         self._done = 0         # released (proxy thread)
         self._cv = threading.Condition()
         self.error: Optional[BaseException] = None
+        self.hold_streams = bool(config.get("HPCCL_GPU_NET_ASYNC"))
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
         self._thread.start()
 
@@ -156,16 +157,20 @@ class Proxy:
                                    "nodes), which a CUDA graph cannot hold; capture only single-node calls")
 
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
-        """Order ``step`` after what ``stream`` holds and before what the caller enqueues next. On the
-        default streams (legacy or per-thread) the step completes before this returns instead: a wait
-        queued there would, through CUDA's implicit synchronization, also stall the blocking streams
-        and allocations UCX's own CUDA transports may need, so the step could never finish."""
+        """Order ``step`` after what ``stream`` holds and before what the caller enqueues next.
+
+        Held (asynchronous) only with ``hold_streams`` and a non-default stream; otherwise the step has
+        completed when this returns. A held stream makes every implicitly synchronizing CUDA call of
+        the process (a first kernel load, a device allocation) wait for the step, and a caller thread
+        that waits so while holding the GIL starves the proxy thread: measured as a hang on the GPU
+        machine (docs/GPU.md). On the default streams the wait would, through implicit
+        synchronization, also stall UCX's own CUDA work."""
         self.check_capture(stream, what)
         ev = self.ops.record(stream)
         self._gen += 1
         gen = self._gen
         self._q.put((ev, step, gen, what))
-        if stream in DEFAULT_STREAMS:
+        if stream in DEFAULT_STREAMS or not self.hold_streams:
             self.drain()
             self.raise_error()
         else:
