@@ -101,6 +101,10 @@ class CudaComm:
         self._launch_cache: Dict[tuple, Launch] = {}
         self._plans: Dict[tuple, tuple] = {}
         self._last_stream: Optional[int] = None
+        with cupy.cuda.Device(device):
+            self._tail = cupy.cuda.Event(block=False, disable_timing=True)  # after the latest launch
+        self._tail_h = ctypes.c_void_p(self._tail.ptr)
+        self._tail_live = False
         self._seq = 0
         self.last: Optional[Tuple[Launch, Optional[str]]] = None
         self._what = "idle"  # the last collective enqueued (named when a later check finds a failure)
@@ -174,21 +178,25 @@ class CudaComm:
         raise HpcclSystemError(f"GPU collective failed with device error code {code}")
 
     def _order(self, stream: int) -> None:
-        """Ops of one communicator share its staging buffer: keep them ordered when the stream changes."""
+        """Ops of one communicator share its staging buffer: keep them ordered when the stream changes, by
+        waiting for the tail event (recorded after every launch, so the previous stream itself, which the
+        caller may have destroyed since, is never touched)."""
         last = self._last_stream
         self._last_stream = stream
-        if last is None or last == stream:
+        if last is None or last == stream or not self._tail_live:
             return
+        if self.driver.capturing(stream):
+            return  # inside a capture the user's own stream dependencies order the ops
         import cupy
-        rt = cupy.cuda.runtime
-        try:
-            if rt.streamIsCapturing(stream) or rt.streamIsCapturing(last):
-                return  # inside a capture the user's own stream dependencies order the ops
-        except Exception:  # noqa: BLE001
-            return
-        ev = cupy.cuda.Event(block=False, disable_timing=True)
-        rt.eventRecord(ev.ptr, last)
-        rt.streamWaitEvent(stream, ev.ptr, 0)
+        cupy.cuda.runtime.streamWaitEvent(stream, self._tail.ptr, 0)
+
+    def _mark(self, stream: int) -> None:
+        """Record the tail event after a launch (outside captures: a captured record is not an event)."""
+        if self.driver.capturing(stream):
+            self._tail_live = False
+        else:
+            self.driver.event_record(self._tail_h, ctypes.c_void_p(stream))
+            self._tail_live = True
 
     def _go(self, ln: Launch, stream: int, what: str, kind: Optional[str]) -> None:
         if stream != self._last_stream:
@@ -201,6 +209,7 @@ class CudaComm:
                     rc = ln(stream)
             if rc:
                 raise HpcclSystemError(f"{what}: cuLaunchKernel failed: {self.driver.error_name(rc)}")
+        self._mark(stream)
         self._seq += 1
         self._what = what
         self.last = (ln, kind)
@@ -262,6 +271,7 @@ class CudaComm:
         rc = ln(st)
         if rc:
             return False  # the slow path retries and reports
+        self._mark(st)
         self._seq += 1
         return True
 

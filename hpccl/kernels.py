@@ -156,6 +156,14 @@ class Driver:
         w.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
         w.restype = ctypes.c_int
         self.wait_value32 = w
+        r = lib.cuEventRecord
+        r.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        r.restype = ctypes.c_int
+        self.event_record = r
+        c = lib.cuStreamIsCapturing
+        c.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        c.restype = ctypes.c_int
+        self._is_capturing = c
         sd = getattr(lib, "cuStreamGetDevice", None)  # CUDA 12.8+ drivers
         if sd is not None:
             sd.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
@@ -185,6 +193,10 @@ class Driver:
             raise HpcclSystemError(f"cuMemHostGetDevicePointer failed: {self.error_name(rc)}")
         return d.value
 
+
+    def capturing(self, stream: int) -> bool:
+        st = ctypes.c_int(0)
+        return self._is_capturing(ctypes.c_void_p(stream), ctypes.byref(st)) == 0 and st.value != 0
 
     def stream_device(self, stream: int) -> Optional[int]:
         """The device a stream handle belongs to (None when the driver cannot say, or for the legacy and
