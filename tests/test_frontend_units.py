@@ -1,0 +1,154 @@
+"""The one front end's pieces that need no MPI or GPU: which algorithms the table offers for each memory
+kind and node layout, what the one tuner picks among them, and the network proxy's ordering and failure
+handling (with a stand-in for its CUDA side)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from hpccl.algorithms import ALGORITHMS, CUDA, HOST, Layout, eligible
+from hpccl.errors import HpcclTimeoutError, HpcclUnsupported
+from hpccl.proxy import DEFAULT_STREAMS, Proxy
+from hpccl.tuning import KERNEL_MODELS, Tuner
+
+ONE_NODE = Layout(nodes=1, local=2, equal=True, window=True, single_copy=True)
+TWO_BY_TWO = Layout(nodes=2, local=2, equal=True)
+TWO_BY_ONE = Layout(nodes=2, local=1, equal=True)
+UNEVEN = Layout(nodes=2, local=2, equal=False)
+
+
+def test_host_table_unchanged_by_device_entries():
+    assert set(eligible("all_reduce", HOST, ONE_NODE)) == {"cma", "ring", "tree", "rd", "dbtree", "oneshot", "twoshot"}
+    assert set(eligible("all_reduce", HOST, TWO_BY_TWO)) == {"ring", "tree", "rd", "dbtree", "hier"}
+    assert "hier" not in eligible("all_reduce", HOST, UNEVEN)
+
+
+def test_device_one_node_gets_only_kernels():
+    assert set(eligible("all_reduce", CUDA, ONE_NODE)) == {"oneshot", "twoshot"}
+    for coll in ("all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
+        assert eligible(coll, CUDA, ONE_NODE) == ["direct"], coll
+        assert ALGORITHMS[coll]["direct"].cuda_scope == "node"
+
+
+def test_device_across_nodes_gets_network_schedules_and_hier():
+    names = eligible("all_reduce", CUDA, TWO_BY_TWO)
+    assert set(names) == {"ring", "tree", "rd", "dbtree", "hier"}
+    assert "hier" not in eligible("all_reduce", CUDA, TWO_BY_ONE)   # one GPU per node: flat is hier
+    assert "hier" not in eligible("all_reduce", CUDA, UNEVEN)       # unequal nodes: flat ring over UCX
+    assert eligible("all_to_all", CUDA, TWO_BY_TWO) == ["linear"]
+    for coll in ALGORITHMS:  # every collective has a device algorithm on every layout
+        for lay in (ONE_NODE, TWO_BY_TWO, TWO_BY_ONE, UNEVEN):
+            assert eligible(coll, CUDA, lay), (coll, lay)
+
+
+def test_tuner_prices_kernels_on_one_node():
+    t = Tuner("shm", 8, 8)
+    assert t.choose("all_reduce", 8, eligible("all_reduce", CUDA, ONE_NODE), CUDA) == "oneshot"
+    assert t.choose("all_reduce", 256 << 20, eligible("all_reduce", CUDA, ONE_NODE), CUDA) == "twoshot"
+    # the same tuner keeps host and device decisions apart
+    assert t.choose("all_reduce", 256 << 20, ["ring", "tree", "rd"], HOST) == "ring"
+    assert t.predict("all_gather", "direct", 1 << 20, CUDA) == pytest.approx(KERNEL_MODELS["all_gather"]["direct"](1 << 20, 8))
+
+
+def test_tuner_prefers_hier_for_large_device_calls_across_nodes():
+    t = Tuner("ucx", 16, 8, nodes=2)
+    names = eligible("all_reduce", CUDA, Layout(2, 8, True))
+    assert t.choose("all_reduce", 256 << 20, names, CUDA) == "hier"
+    assert t.predict("all_reduce", "hier", 256 << 20, CUDA) < t.predict("all_reduce", "ring", 256 << 20, CUDA)
+
+
+class FakeOps:
+    """The proxy's CUDA side, recorded: events are ready at once, holds and releases are logged."""
+
+    def __init__(self, capturing=False):
+        self.log = []
+        self.capturing_ = capturing
+        self.lock = threading.Lock()
+
+    def capturing(self, stream):
+        return self.capturing_
+
+    def record(self, stream):
+        self.log.append(("record", stream))
+        return object()
+
+    def ready(self, ev):
+        return True
+
+    def hold(self, stream, gen):
+        self.log.append(("hold", stream, gen))
+
+    def release(self, gen):
+        with self.lock:
+            self.log.append(("release", gen))
+
+    def thread_setup(self):
+        return None
+
+    def thread_sync(self, s):
+        pass
+
+    def close(self):
+        self.log.append(("close",))
+
+
+def test_proxy_runs_steps_in_order_and_releases_each(monkeypatch):
+    monkeypatch.setenv("HPCCL_GPU_NET_ASYNC", "1")
+    ops = FakeOps()
+    p = Proxy(ops, on_fail=lambda: None)
+    order = []
+    for i in range(20):
+        p.enqueue(1234, lambda i=i: (time.sleep(0.001), order.append(i)), f"step {i}")
+    assert p.drain(5)
+    assert order == list(range(20))
+    assert [e for e in ops.log if e[0] == "hold"] == [("hold", 1234, g) for g in range(1, 21)]
+    assert [e[1] for e in ops.log if e[0] == "release"] == list(range(1, 21))
+    p.close()
+    assert ops.log[-1] == ("close",)
+
+
+def test_proxy_failure_is_kept_named_and_still_releases(monkeypatch):
+    monkeypatch.setenv("HPCCL_GPU_NET_ASYNC", "1")
+    ops = FakeOps()
+    failed = []
+    p = Proxy(ops, on_fail=lambda: failed.append(True))
+    ran = []
+
+    def bad():
+        raise HpcclTimeoutError("all_reduce", 7, [3], 1.0)
+    p.enqueue(99, bad, "all_reduce #7")
+    p.enqueue(99, lambda: ran.append(1), "all_gather #8")  # after a failure: skipped, still released
+    assert p.drain(5)
+    assert ran == [] and failed == [True]
+    assert [e[1] for e in ops.log if e[0] == "release"] == [1, 2]
+    with pytest.raises(HpcclTimeoutError) as info:
+        p.raise_error()
+    assert info.value.missing == [3] and info.value.collective == "all_reduce"
+    p.close()
+
+
+def test_proxy_default_mode_completes_inside_the_call(monkeypatch):
+    monkeypatch.delenv("HPCCL_GPU_NET_ASYNC", raising=False)
+    ops = FakeOps()
+    p = Proxy(ops, on_fail=lambda: None)
+    done = []
+    p.enqueue(5555, lambda: (time.sleep(0.05), done.append(1)), "broadcast #1")
+    assert done == [1]                            # returned only after the step ran
+    assert not [e for e in ops.log if e[0] == "hold"]
+    monkeypatch.setenv("HPCCL_GPU_NET_ASYNC", "1")
+    q = Proxy(ops, on_fail=lambda: None)
+    q.enqueue(DEFAULT_STREAMS[0], lambda: done.append(2), "broadcast #2")  # legacy stream: never held
+    assert done == [1, 2] and not [e for e in ops.log if e[0] == "hold"]
+    p.close()
+    q.close()
+
+
+def test_proxy_refuses_a_capturing_stream_before_anything():
+    ops = FakeOps(capturing=True)
+    p = Proxy(ops, on_fail=lambda: None)
+    with pytest.raises(HpcclUnsupported, match="CUDA graph"):
+        p.enqueue(42, lambda: None, "all_reduce #1")
+    assert ops.log == []
+    p.close()
