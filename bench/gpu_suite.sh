@@ -72,8 +72,8 @@ if has perfnet; then
     x=""; [ "$tls" != default ] && x="-x UCX_TLS=$tls"
     timeout ${T_PERFNET:-200} $MPIRUN $NET $x -n 2 tests/scripts/gpu_per_rank.sh python3 -m hpccl.cli.perf all_reduce --mem cuda -b 8 \
       -e ${PERFNET_MAX:-256M} -f 4 --check --compare nccl --json "$OUT/perf_net_${tls%%,*}.json" > /tmp/perfnet.log 2>&1 || rc=1
-    grep -m2 "Using network\|NET/Socket : Using" /tmp/perfnet.log
-    grep -v "NCCL INFO" /tmp/perfnet.log
+    grep -a -m2 "Using network\|NET/Socket : Using" /tmp/perfnet.log
+    grep -a -v "NCCL INFO" /tmp/perfnet.log
   done
   [ -n "${PERFNET_NO_INTRA:-}" ] || stage "hpccl-perf all_reduce, one node, 2 GPUs (the pure intra-node path)"
   [ -n "${PERFNET_NO_INTRA:-}" ] || timeout ${T_PERFNET:-200} $MPIRUN -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda -b 1M -e 256M -f 4 --check \
