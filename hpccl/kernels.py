@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import config
 from .errors import HpcclSystemError, HpcclUnsupported
@@ -142,37 +142,21 @@ class Driver:
         except OSError as exc:
             raise HpcclUnsupported(f"the CUDA driver (libcuda.so.1) cannot be loaded: {exc}") from None
         self.lib = lib
-        f = lib.cuLaunchKernel
-        f.argtypes = [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                      ctypes.c_uint, ctypes.c_uint, ctypes.c_uint, ctypes.c_void_p, ctypes.c_void_p,
-                      ctypes.c_void_p]
-        f.restype = ctypes.c_int
-        self.launch_fn = f
-        g = lib.cuMemHostGetDevicePointer_v2
-        g.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_void_p, ctypes.c_uint]
-        g.restype = ctypes.c_int
-        self._host_dptr = g
-        w = lib.cuStreamWaitValue32_v2
-        w.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
-        w.restype = ctypes.c_int
-        self.wait_value32 = w
-        r = lib.cuEventRecord
-        r.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        r.restype = ctypes.c_int
-        self.event_record = r
-        c = lib.cuStreamIsCapturing
-        c.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-        c.restype = ctypes.c_int
-        self._is_capturing = c
-        sd = getattr(lib, "cuStreamGetDevice", None)  # CUDA 12.8+ drivers
-        if sd is not None:
-            sd.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
-            sd.restype = ctypes.c_int
-        self._stream_device = sd
-        e = lib.cuGetErrorName
-        e.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        e.restype = ctypes.c_int
-        self._errname = e
+        P, U64, I = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
+
+        def fn(name: str, *argtypes: Any) -> Any:
+            f = getattr(lib, name, None)
+            if f is not None:
+                f.argtypes, f.restype = list(argtypes), ctypes.c_int
+            return f
+        u = ctypes.c_uint
+        self.launch_fn = fn("cuLaunchKernel", P, u, u, u, u, u, u, u, P, P, P)
+        self._host_dptr = fn("cuMemHostGetDevicePointer_v2", ctypes.POINTER(U64), P, u)
+        self.wait_value32 = fn("cuStreamWaitValue32_v2", P, U64, ctypes.c_uint32, u)
+        self.event_record = fn("cuEventRecord", P, P)
+        self._is_capturing = fn("cuStreamIsCapturing", P, ctypes.POINTER(I))
+        self._stream_device = fn("cuStreamGetDevice", P, ctypes.POINTER(I))  # CUDA 12.8+ drivers only
+        self._errname = fn("cuGetErrorName", I, ctypes.POINTER(ctypes.c_char_p))
 
     @classmethod
     def get(cls) -> "Driver":
