@@ -385,14 +385,6 @@ class CudaComm:
         self._go(self._launch("hp_p2p", None, nb_total, "p2p"), stream, "send/recv", None)
 
     # ----- life cycle ----------------------------------------------------------------------------------
-    def synchronize(self) -> None:
-        """Wait for this rank's GPU work (tests/benchmarks), then raise if a kernel reported a failure."""
-        import cupy
-        with cupy.cuda.Device(self.device):
-            cupy.cuda.runtime.deviceSynchronize()
-        if self._err.value:
-            self._fail("synchronize")
-
     def close(self) -> None:
         if self._closed:
             return

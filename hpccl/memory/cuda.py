@@ -111,26 +111,10 @@ def _pointer_device(ptr: int) -> int:
         return cupy.cuda.runtime.getDevice()
 
 
-def overlaps(a: DevBuf, b: DevBuf) -> bool:
-    return a.ptr < b.ptr + b.nbytes and b.ptr < a.ptr + a.nbytes and a.nbytes > 0 and b.nbytes > 0
 
 
-def empty_like(buf: DevBuf, shape: Tuple[int, ...]) -> Any:
-    """A new array of ``shape`` and buf's dtype from buf's library, on buf's device (the one allowed
-    allocation: an output the caller did not supply)."""
-    if buf.lib == "torch":
-        import torch
-        return torch.empty(shape, dtype=buf.obj.dtype, device=buf.obj.device)
-    import cupy
-    with cupy.cuda.Device(buf.device):
-        return cupy.empty(shape, dtype=buf.dtype)
 
 
-def shape_of(obj: Any) -> Tuple[int, ...]:
-    s = getattr(obj, "shape", None)
-    if s is not None:
-        return tuple(int(x) for x in s)
-    return tuple(obj.__cuda_array_interface__["shape"])
 
 
 def stream_handle(stream: Any, buf: Optional[DevBuf]) -> int:
