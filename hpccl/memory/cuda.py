@@ -111,12 +111,6 @@ def _pointer_device(ptr: int) -> int:
         return cupy.cuda.runtime.getDevice()
 
 
-
-
-
-
-
-
 def stream_handle(stream: Any, buf: Optional[DevBuf]) -> int:
     """cudaStream_t as an int: from a CuPy Stream, a torch.cuda.Stream, an int, or None (the current
     stream of the buffer's library: torch.cuda.current_stream() for tensors, else CuPy's)."""
