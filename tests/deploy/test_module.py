@@ -63,8 +63,9 @@ def test_venv_install(lmod, tmp_path):
 def test_pip_prefix_install(lmod, tmp_path):
     """'pip install --prefix' tree, modulefile copied unfilled into PREFIX/share/modulefiles (finds its prefix)."""
     prefix = tmp_path / "opt" / "hpccl"
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--prefix",
-                        str(prefix), str(REPO)], capture_output=True, text=True, timeout=600)
+    # --ignore-installed: without it pip removes this venv's own hpccl before installing into the prefix
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed",
+                        "--prefix", str(prefix), str(REPO)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     moduleroot = prefix / "share" / "modulefiles"
     (moduleroot / "hpccl").mkdir(parents=True)

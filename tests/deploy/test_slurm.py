@@ -234,7 +234,8 @@ def test_multinode_template_under_slurm(slurm, tmp_path):
     cmd = ["sbatch", "--parsable", "--wait", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
            "--gpus-per-node=0", "--time=3", f"--output={out}", "--export=ALL",
            str(REPO / "slurm" / "hpccl-multinode.sbatch"),
-           "hpccl-perf", "all_reduce", "-b", "8", "-e", "1K", "-f", "4", "--check"]
+           # the module (PYTHONPATH is this checkout), as the CPU template test runs it
+           "python3", "-m", "hpccl.cli.perf", "all_reduce", "-b", "8", "-e", "1K", "-f", "4", "--check"]
     shm_before = _shm_entries()
     try:
         r = slurm.run(cmd, env=env, cwd=tmp_path, timeout=100, check=False)
@@ -251,6 +252,6 @@ def test_multinode_template_under_slurm(slurm, tmp_path):
     if not os.path.isdir("/sys/class/infiniband") or not os.listdir("/sys/class/infiniband"):
         assert "GPU-Direct RDMA: no;" in summary[0], detail
         assert "WARNING: GPU-Direct RDMA is not available" in text and "cuda_copy" in text, detail
-    assert "srun --mpi=pmi2 hpccl-perf all_reduce" in text, detail
+    assert "srun --mpi=pmi2 python3 -m hpccl.cli.perf all_reduce" in text, detail
     assert "Out of bounds values : 0 OK" in text and not wrong_rows(parse(text)), detail
     assert not [e for e in leftovers if e.startswith("hpccl")], leftovers
