@@ -61,7 +61,8 @@ class DeviceSide:
                              lambda p: None, lambda: None, comm.abort)
         self.prim = Primitives(comm.rank, comm.size, {r: self._transport for r in range(comm.size)}, None,
                                self.waiter, blocking_for_device(self.device))
-        if config.get("HPCCL_CHECK_ENV") and comm.local_rank == 0:  # once per node: advice, not an error
+        if config.get("HPCCL_CHECK_ENV") and comm.local_rank == 0 and comm.parent_ranks is None:
+            # once per node (not again for hier's sub-communicators): advice, not an error
             from .envcheck import check_gpudirect
             for msg in check_gpudirect():
                 log.warn("ENV", "%s", msg)
