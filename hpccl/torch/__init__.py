@@ -1,0 +1,318 @@
+"""torch.distributed backend "hpccl": ``import hpccl.torch`` registers it, then
+``torch.distributed.init_process_group("hpccl")`` (or "cpu:gloo,cuda:hpccl") runs torch's collectives,
+DDP included, on hpccl communicators, for CPU and CUDA tensors.
+
+Bootstrap: MPI (mpi4py), as hpccl itself: launch with mpiexec or srun, with torch's rank equal to the MPI
+rank (``hpccl.torch.init_process_group()`` sets that up). Subgroups (new_group) become hpccl
+communicators over the matching MPI group. Each call runs hpccl's collective: host tensors complete
+before the call returns; CUDA tensors are enqueued on torch's current stream (stream-ordered, as hpccl's
+GPU path is). The Work returned is complete; hpccl's errors raise from the torch call itself.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+from .. import Communicator
+from ..errors import HpcclInvalidArgument
+from ..ops import AVG, MAX, MIN, PROD, SUM
+
+BACKEND = "hpccl"
+
+_RED = {
+    dist.ReduceOp.SUM: SUM, dist.ReduceOp.PRODUCT: PROD, dist.ReduceOp.MIN: MIN, dist.ReduceOp.MAX: MAX,
+    dist.ReduceOp.AVG: AVG,
+}
+
+
+def _op(opts: Any) -> Any:
+    r = opts.reduceOp
+    for torch_op, ours in _RED.items():
+        if r == torch_op:
+            return ours
+    raise HpcclInvalidArgument("op", f"torch ReduceOp {r} is not supported by hpccl (SUM, PRODUCT, MIN, MAX, "
+                                     "AVG)")
+
+
+def _done(result: Any) -> Any:
+    fut: torch.futures.Future = torch.futures.Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _flat(t: torch.Tensor, name: str) -> torch.Tensor:
+    if not t.is_contiguous():
+        raise HpcclInvalidArgument(name, "tensor is not contiguous; pass t.contiguous()")
+    return t.view(-1)
+
+
+class HpcclProcessGroup(dist.ProcessGroup):
+    """A torch ProcessGroup whose collectives are one hpccl Communicator's."""
+
+    def __init__(self, comm: Communicator, rank: int, size: int) -> None:
+        super().__init__(rank, size)
+        self.comm = comm
+        self._coalescing: Optional[List[Any]] = None
+
+    def getBackendName(self) -> str:  # noqa: N802 - torch's name
+        return BACKEND
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return BACKEND
+
+    def _run(self, result: Any, fn: Callable[[], None]) -> Any:
+        """Run an hpccl call now: its errors (bad input naming the argument, timeouts naming the ranks)
+        raise from the torch call itself; the Work returned is complete."""
+        fn()
+        return _done(result)
+
+    # ----- reductions -----------------------------------------------------------------------------
+    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        opts = opts or dist.AllreduceOptions()
+
+        def go() -> None:
+            op = _op(opts)
+            for t in tensors:
+                self.comm.all_reduce(_flat(t, "tensor"), op=op)
+        return self._run(tensors, go)
+
+    def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        opts = opts or dist.ReduceOptions()
+
+        def go() -> None:
+            op = _op(opts)
+            for t in tensors:
+                self.comm.reduce(_flat(t, "tensor"), root=opts.rootRank, op=op)
+        return self._run(tensors, go)
+
+    def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
+                       opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+
+        def go() -> None:
+            op = _op(opts)
+            for out, ins in zip(output_tensors, input_tensors):
+                if len(ins) != self.size():
+                    raise HpcclInvalidArgument("input_list", f"has {len(ins)} tensors, needs {self.size()}")
+                flat = torch.cat([_flat(t, "input_list") for t in ins])
+                self.comm.reduce_scatter(flat, _flat(out, "output"), op=op)
+        return self._run(output_tensors, go)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+        return self._run(output, lambda: self.comm.reduce_scatter(_flat(input, "input"), _flat(output, "output"),
+                                                                  op=_op(opts)))
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+                                        opts: Any = None) -> Any:
+        opts = opts or dist.ReduceScatterOptions()
+
+        def go() -> None:
+            op = _op(opts)
+            for o, i in zip(outputs, inputs):
+                self.comm.reduce_scatter(_flat(i, "input"), _flat(o, "output"), op=op)
+        return self._run(list(outputs), go)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    # ----- data movement --------------------------------------------------------------------------
+    def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+        opts = opts or dist.BroadcastOptions()
+
+        def go() -> None:
+            for t in tensors:
+                self.comm.broadcast(_flat(t, "tensor"), root=opts.rootRank)
+        return self._run(tensors, go)
+
+    def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
+                  opts: Any = None) -> Any:
+        def go() -> None:
+            for outs, inp in zip(output_tensors, input_tensors):
+                if len(outs) != self.size():
+                    raise HpcclInvalidArgument("tensor_list", f"has {len(outs)} tensors, needs {self.size()}")
+                src = _flat(inp, "tensor")
+                both = torch.empty(self.size() * src.numel(), dtype=src.dtype, device=src.device)
+                self.comm.all_gather(src, both)
+                for r, o in enumerate(outs):
+                    o.copy_(both[r * src.numel():(r + 1) * src.numel()].view_as(o))
+        return self._run(output_tensors, go)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
+        return self._run(output, lambda: self.comm.all_gather(_flat(input, "input_tensor"),
+                                                              _flat(output, "output_tensor")))
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
+                                    opts: Any = None) -> Any:
+        def go() -> None:
+            for o, i in zip(outputs, inputs):
+                self.comm.all_gather(_flat(i, "input_tensor"), _flat(o, "output_tensor"))
+        return self._run(list(outputs), go)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def _exchange(self, sends: List[Any], recvs: List[Any]) -> None:
+        """Sends and receives together (hpccl's group): no ordering deadlock; empty ones are skipped."""
+        with self.comm.group():
+            for peer, t in sends:
+                if t.numel():
+                    self.comm.send(t, peer)
+            for peer, t in recvs:
+                if t.numel():
+                    self.comm.recv(t, peer)
+
+    def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
+                          input_split_sizes: List[int], opts: Any = None) -> Any:
+        n = self.size()
+
+        def go() -> None:
+            src, dst = _flat(input, "input"), _flat(output, "output")
+            if not output_split_sizes and not input_split_sizes:
+                self.comm.all_to_all(src, dst)
+                return
+            row_in = input[0].numel() if input.dim() and input.shape[0] else 0
+            row_out = output[0].numel() if output.dim() and output.shape[0] else 0
+            ins = list(input_split_sizes) or [input.shape[0] // n] * n
+            outs = list(output_split_sizes) or [output.shape[0] // n] * n
+            if len(ins) != n or sum(ins) != input.shape[0]:
+                raise HpcclInvalidArgument("input_split_sizes", f"{ins} does not split {input.shape[0]} rows "
+                                                                f"over {n} ranks")
+            if len(outs) != n or sum(outs) != output.shape[0]:
+                raise HpcclInvalidArgument("output_split_sizes", f"{outs} does not split {output.shape[0]} "
+                                                                 f"rows over {n} ranks")
+            io, oo, sends, recvs = 0, 0, [], []
+            for p in range(n):
+                sends.append((p, src[io * row_in:(io + ins[p]) * row_in]))
+                recvs.append((p, dst[oo * row_out:(oo + outs[p]) * row_out]))
+                io, oo = io + ins[p], oo + outs[p]
+            self._exchange(sends, recvs)
+        return self._run(output, go)
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors: List[torch.Tensor], input_tensors: List[torch.Tensor],
+                 opts: Any = None) -> Any:
+        def go() -> None:
+            self._exchange([(p, _flat(t, "input_tensor_list")) for p, t in enumerate(input_tensors)],
+                           [(p, _flat(t, "output_tensor_list")) for p, t in enumerate(output_tensors)])
+        return self._run(output_tensors, go)
+
+    def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
+               opts: Any = None) -> Any:
+        root = opts.rootRank
+
+        def go() -> None:
+            src = _flat(input_tensors[0], "tensor")
+            if self.rank() == root:
+                self._exchange([(root, src)], [(p, _flat(t, "gather_list"))
+                                               for p, t in enumerate(output_tensors[0])])
+            else:
+                self._exchange([(root, src)], [])
+        return self._run(output_tensors, go)
+
+    def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
+                opts: Any = None) -> Any:
+        root = opts.rootRank
+
+        def go() -> None:
+            dst = _flat(output_tensors[0], "tensor")
+            if self.rank() == root:
+                self._exchange([(p, _flat(t, "scatter_list")) for p, t in enumerate(input_tensors[0])],
+                               [(root, dst)])
+            else:
+                self._exchange([], [(root, dst)])
+        return self._run(output_tensors, go)
+
+    def barrier(self, opts: Any = None) -> Any:
+        return self._run(None, self.comm.barrier)
+
+    # ----- point to point, and batch_isend_irecv's coalescing -------------------------------------
+    def send(self, tensors: List[torch.Tensor], dst: int, tag: int = 0) -> Any:
+        if self._coalescing is not None:
+            self._coalescing.append(("send", dst, tensors))
+            return _done(tensors)
+        return self._run(tensors, lambda: [self.comm.send(_flat(t, "tensor"), dst) for t in tensors])
+
+    def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Any:
+        if self._coalescing is not None:
+            self._coalescing.append(("recv", src, tensors))
+            return _done(tensors)
+        return self._run(tensors, lambda: [self.comm.recv(_flat(t, "tensor"), src) for t in tensors])
+
+    def _start_coalescing(self, device: Any = None) -> None:
+        self._coalescing = []
+
+    def _end_coalescing(self, device: Any = None) -> Any:
+        ops, self._coalescing = self._coalescing or [], None
+        sends = [(peer, _flat(t, "tensor")) for kind, peer, ts in ops if kind == "send" for t in ts]
+        recvs = [(peer, _flat(t, "tensor")) for kind, peer, ts in ops if kind == "recv" for t in ts]
+        return self._run(None, lambda: self._exchange(sends, recvs))
+
+
+def _mpi_comm(global_ranks: Sequence[int], group_size: int) -> Any:
+    """The MPI communicator of a torch group: the world for the default group (whose ranks must be MPI's),
+    else the MPI group of the same world ranks (created only by its members, as torch calls this)."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    ranks = list(global_ranks) or list(range(group_size))
+    if ranks == list(range(world.Get_size())):
+        return world
+    if max(ranks) >= world.Get_size():
+        raise HpcclInvalidArgument("world_size", f"torch's group has ranks {ranks} but MPI's world has "
+                                                 f"{world.Get_size()}: launch every torch rank as an MPI rank")
+    return world.Create_group(world.Get_group().Incl(ranks))
+
+
+def _create(dist_opts: Any, backend_opts: Any = None) -> HpcclProcessGroup:
+    """The creator torch calls for each group that uses "hpccl" (extended API)."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    ranks = list(dist_opts.global_ranks_in_group)
+    if not ranks and dist_opts.group_size == world.Get_size() and dist_opts.group_rank != world.Get_rank():
+        raise HpcclInvalidArgument("rank", f"torch rank {dist_opts.group_rank} is MPI rank {world.Get_rank()}: "
+                                           "the hpccl backend needs torch's ranks to be MPI's (use "
+                                           "hpccl.torch.init_process_group(), or RANK from the MPI launcher)")
+    mc = _mpi_comm(ranks, dist_opts.group_size)
+    comm = Communicator(mc)
+    if comm.size != dist_opts.group_size:
+        raise HpcclInvalidArgument("world_size", f"torch's group has {dist_opts.group_size} ranks, the MPI "
+                                                 f"communicator {comm.size}")
+    return HpcclProcessGroup(comm, dist_opts.group_rank, dist_opts.group_size)
+
+
+def register() -> None:
+    """Register the "hpccl" backend with torch.distributed (idempotent; done by importing hpccl.torch)."""
+    if BACKEND.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def init_process_group(backend: str = BACKEND, **kwargs: Any) -> None:
+    """torch.distributed.init_process_group with rank, world size and a TCP store taken from MPI, for jobs
+    launched by mpiexec or srun (rank 0's host and a free port are broadcast over MPI)."""
+    from mpi4py import MPI
+    import socket
+    world = MPI.COMM_WORLD
+    addr = None
+    if world.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        host = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
+        addr = f"tcp://{host}:{port}"
+    addr = world.bcast(addr, root=0)
+    kwargs.setdefault("init_method", addr)
+    dist.init_process_group(backend, rank=world.Get_rank(), world_size=world.Get_size(), **kwargs)
+
+
+register()
