@@ -19,7 +19,7 @@ import numpy as np
 from . import config, log
 from .algorithms import ALGORITHMS, Layout, eligible
 from .algorithms import hier
-from .bootstrap import MpiBootstrap
+from .bootstrap import MpiBootstrap, StoreBootstrap
 from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclTimeoutError, HpcclUnsupported
 from .interop import CUDA, HOST, memory_kind
 from .memory import host
@@ -37,11 +37,12 @@ FIRED = object()  # the device fast path replayed the call
 
 
 class Communicator:
-    """A group of ranks that run collectives together, like an ncclComm_t, built over an MPI communicator."""
+    """A group of ranks that run collectives together, like an ncclComm_t, built over an MPI communicator
+    (mpi4py; COMM_WORLD by default) or over a bootstrap object (bootstrap.StoreBootstrap: no MPI)."""
 
     def __init__(self, mpi_comm: Any = None, *, node_id: Optional[str] = None) -> None:
         t0 = time.perf_counter()
-        self._boot = MpiBootstrap(mpi_comm)
+        self._boot = mpi_comm if isinstance(mpi_comm, StoreBootstrap) else MpiBootstrap(mpi_comm)
         self.rank, self.size = self._boot.rank, self._boot.size
         log.set_rank(self._boot.world_rank)
         self._destroyed = False
@@ -130,6 +131,9 @@ class Communicator:
             else:
                 t = UcxTransport(self._boot, self.rank)
         if t is None:
+            if self._boot.comm is None:
+                raise HpcclUnsupported("ranks on different nodes need the UCX transport (pip install "
+                                       "hpccl[ucx]) when the communicator was not built over MPI")
             t = MpiTransport(self._boot.comm.Dup())
         return t
 
@@ -162,20 +166,22 @@ class Communicator:
     # ----- properties and life cycle ---------------------------------------------------------------
     @property
     def mpi_comm(self) -> Any:
-        """hpccl's private duplicate of the MPI communicator it was built on."""
+        """hpccl's private duplicate of the MPI communicator it was built on (None over a store)."""
         return self._boot.comm
 
     def split(self, color: int, key: int = 0) -> Optional["Communicator"]:
         """A new communicator per color, ranks ordered by key (like MPI_Comm_split); None for color < 0."""
         self._alive("split")
+        return self._split(color, key, self._node_override)
+
+    def _split(self, color: int, key: int, node_id: Optional[str]) -> Optional["Communicator"]:
         sub = self._boot.split(color, key)
-        from mpi4py import MPI
-        if sub == MPI.COMM_NULL:
+        if sub is None or (self._boot.comm is not None and sub == _mpi_null()):
             return None
         try:
-            return Communicator(sub, node_id=self._node_override)
+            return Communicator(sub, node_id=node_id)
         finally:
-            sub.Free()
+            self._boot.release(sub)
 
     def synchronize(self) -> None:
         """Wait for this rank's GPU work on this communicator (kernels and network steps), then raise the
@@ -708,9 +714,7 @@ class Communicator:
         """'intra': the ranks of this node; 'inter': one rank per node with the same local rank."""
         if kind not in self._sub:
             color = self.node if kind == "intra" else self.local_rank
-            sub = self._boot.split(color, self.rank)
-            c = Communicator(sub, node_id=f"{kind}{self.node}" if kind == "intra" else None)
-            sub.Free()
+            c = self._split(color, self.rank, f"{kind}{self.node}" if kind == "intra" else None)
             c.parent_ranks = (self.nodes.ranks_on(self.node) if kind == "intra" else
                               [r for r in range(self.size) if self.nodes.local_rank(r) == self.local_rank])
             self._sub[kind] = c
@@ -731,6 +735,11 @@ class Call:
         self.coll, self.mem, self.stream, self.nbytes, self.args = coll, mem, stream, nbytes, args
         self.op, self.finish, self.key = op, finish, key
         self.fn = fn or Communicator._collective
+
+
+def _mpi_null() -> Any:
+    from mpi4py import MPI
+    return MPI.COMM_NULL
 
 
 def init(mpi_comm: Any = None, **kwargs: Any) -> Communicator:

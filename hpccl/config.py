@@ -89,6 +89,10 @@ _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
 _param("HPCCL_CUDA_DEVICE", -1, int, "GPU of this rank for the CUDA path; -1: local_rank % GPUs.")
 _param("HPCCL_CUDA_SOURCES", "", str, "Folder of hpccl's .cu/.cuh kernel sources when not installed with "
        "the package (hpccl/_cuda) or in a source checkout (cuda/).")
+_param("HPCCL_BOOTSTRAP", "auto", str.lower,
+       "How the torch backend bootstraps: 'mpi' (mpiexec/srun), 'store' (the c10d Store torch hands it, e.g. "
+       "under torchrun), 'auto': MPI when an MPI launcher started the process (PMI/PMIx/Open MPI variables), "
+       "else the store.")
 _param("HPCCL_GPU_NET_ASYNC", False, _bool,
        "GPU calls with a network step return at once and hold the caller's stream on the GPU until the "
        "proxy thread has moved the data (needs a non-default stream; the caller's thread must not load "

@@ -1,4 +1,5 @@
-"""torch.distributed on the "hpccl" backend (hpccl.torch), CPU tensors, at 2 and 3 ranks under mpiexec:
+"""torch.distributed on the "hpccl" backend (hpccl.torch), CPU tensors, at 2 and 3 ranks under mpiexec and
+at 2 under torchrun (store bootstrap):
 every collective torch exposes (tests/scripts/torch_backend.py checks each against local values, bad
 input included) and DDP trained on hpccl equal to DDP trained on gloo in the same run (bitwise at 2
 ranks, 1e-5 relative at 3)."""
@@ -23,3 +24,19 @@ def test_torch_backend(n):
     for row in rows:
         assert row["bad"] == [] and row["backend"] == "hpccl", row
         assert row["checks"] >= 27, row
+
+
+def test_torch_backend_under_torchrun(tmp_path):
+    """No MPI launcher: torchrun starts the ranks and hpccl bootstraps from the c10d Store torch hands it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent / "scripts" / "torch_backend.py"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
+    proc = subprocess.run([sys.executable, "-W", "ignore::FutureWarning", "-m", "torch.distributed.run",
+                           "--standalone", "--nproc-per-node=2", str(script)], cwd=tmp_path, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rows = results(proc.stdout)
+    assert len(rows) == 2 and all(r["bad"] == [] and r["checks"] >= 27 for r in rows), proc.stdout[-3000:]

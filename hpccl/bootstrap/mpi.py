@@ -99,6 +99,11 @@ class MpiBootstrap:
         finally:
             group.Free()
 
+    @staticmethod
+    def release(sub: Any) -> None:
+        """Free the raw MPI communicator split() returned, once a Communicator has duplicated it."""
+        sub.Free()
+
     def close(self) -> None:
         if self.comm is not None:
             try:

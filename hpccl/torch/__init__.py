@@ -2,9 +2,9 @@
 ``torch.distributed.init_process_group("hpccl")`` (or "cpu:gloo,cuda:hpccl") runs torch's collectives,
 DDP included, on hpccl communicators, for CPU and CUDA tensors.
 
-Bootstrap: MPI (mpi4py), as hpccl itself: launch with mpiexec or srun, with torch's rank equal to the MPI
-rank (``hpccl.torch.init_process_group()`` sets that up). Subgroups (new_group) become hpccl
-communicators over the matching MPI group. Each call runs hpccl's collective: host tensors complete
+Bootstrap (HPCCL_BOOTSTRAP): under mpiexec or srun, MPI (mpi4py), with torch's rank equal to the MPI rank
+(``hpccl.torch.init_process_group()`` sets that up), and subgroups (new_group) over the matching MPI
+group; under torchrun (no MPI launcher), the c10d Store torch hands the backend for each group. Each call runs hpccl's collective: host tensors complete
 before the call returns; CUDA tensors are enqueued on torch's current stream (stream-ordered, as hpccl's
 GPU path is). The Work returned is complete; hpccl's errors raise from the torch call itself.
 """
@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
 
-from .. import Communicator
+from .. import Communicator, config
+from ..bootstrap import StoreBootstrap
 from ..errors import HpcclInvalidArgument
 from ..ops import AVG, MAX, MIN, PROD, SUM
 
@@ -274,8 +275,21 @@ def _mpi_comm(global_ranks: Sequence[int], group_size: int) -> Any:
     return world.Create_group(world.Get_group().Incl(ranks))
 
 
+_MPI_ENV = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALRANKID")
+
+
+def _use_mpi() -> bool:
+    mode = config.get("HPCCL_BOOTSTRAP")
+    if mode not in ("auto", "mpi", "store"):
+        raise HpcclInvalidArgument("HPCCL_BOOTSTRAP", f"{mode!r} is not auto, mpi or store")
+    return mode == "mpi" or (mode == "auto" and any(v in os.environ for v in _MPI_ENV))
+
+
 def _create(dist_opts: Any, backend_opts: Any = None) -> HpcclProcessGroup:
     """The creator torch calls for each group that uses "hpccl" (extended API)."""
+    if not _use_mpi():
+        boot = StoreBootstrap(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, "hpccl")
+        return HpcclProcessGroup(Communicator(boot), dist_opts.group_rank, dist_opts.group_size)
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     ranks = list(dist_opts.global_ranks_in_group)

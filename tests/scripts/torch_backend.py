@@ -1,7 +1,8 @@
-"""torch.distributed on the "hpccl" backend under mpiexec (CPU tensors): every collective torch exposes,
+"""torch.distributed on the "hpccl" backend under mpiexec or torchrun (CPU tensors): every collective torch exposes,
 checked against values computed locally, then DDP trained on hpccl and on gloo (a gloo group over the
 same ranks, in the same run) with the parameters compared. Prints 'RESULT {json}' per rank."""
 import json
+import os
 import sys
 
 import torch
@@ -10,7 +11,10 @@ import torch.distributed as dist
 import hpccl.torch as ht
 from hpccl.errors import HpcclInvalidArgument
 
-ht.init_process_group()
+if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun: no MPI, hpccl bootstraps from torch's store
+    dist.init_process_group("hpccl")
+else:
+    ht.init_process_group()
 rank, n = dist.get_rank(), dist.get_world_size()
 checks, bad = 0, []
 
