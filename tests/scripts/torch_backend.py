@@ -9,7 +9,6 @@ import torch
 import torch.distributed as dist
 
 import hpccl.torch as ht
-from hpccl.errors import HpcclInvalidArgument
 
 if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun: no MPI, hpccl bootstraps from torch's store
     dist.init_process_group("hpccl")
