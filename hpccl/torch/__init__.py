@@ -11,7 +11,7 @@ GPU path is). The Work returned is complete; hpccl's errors raise from the torch
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
@@ -30,13 +30,22 @@ _RED = {
 }
 
 
-def _op(opts: Any) -> Any:
+def _op(opts: Any) -> Tuple[Any, Optional[float]]:
+    """(hpccl op, premul factor or None): PREMUL_SUM is a SUM of inputs scaled by its factor."""
     r = opts.reduceOp
+    if getattr(r, "op", None) == dist.ReduceOp.RedOpType.PREMUL_SUM:
+        f = r.factor
+        return SUM, float(f.item() if isinstance(f, torch.Tensor) else f)
     for torch_op, ours in _RED.items():
         if r == torch_op:
-            return ours
+            return ours, None
     raise HpcclInvalidArgument("op", f"torch ReduceOp {r} is not supported by hpccl (SUM, PRODUCT, MIN, MAX, "
-                                     "AVG)")
+                                     "AVG, PREMUL_SUM)")
+
+
+def _scaled(t: torch.Tensor, factor: Optional[float]) -> torch.Tensor:
+    """The input a premul sum reduces: a scaled copy (the caller's input is never changed)."""
+    return t if factor is None else t * factor
 
 
 def _done(result: Any) -> Any:
@@ -77,9 +86,12 @@ class HpcclProcessGroup(dist.ProcessGroup):
         opts = opts or dist.AllreduceOptions()
 
         def go() -> None:
-            op = _op(opts)
+            op, factor = _op(opts)
             for t in tensors:
-                self.comm.all_reduce(_flat(t, "tensor"), op=op)
+                flat = _flat(t, "tensor")
+                if factor is not None:
+                    flat.mul_(factor)  # in place: the tensor is the output too
+                self.comm.all_reduce(flat, op=op)
         return self._run(tensors, go)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -89,9 +101,11 @@ class HpcclProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceOptions()
 
         def go() -> None:
-            op = _op(opts)
+            op, factor = _op(opts)
             for t in tensors:
-                self.comm.reduce(_flat(t, "tensor"), root=opts.rootRank, op=op)
+                flat = _flat(t, "tensor")
+                self.comm.reduce(_scaled(flat, factor), flat if self.rank() == opts.rootRank else None,
+                                 root=opts.rootRank, op=op)
         return self._run(tensors, go)
 
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
@@ -99,18 +113,21 @@ class HpcclProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
 
         def go() -> None:
-            op = _op(opts)
+            op, factor = _op(opts)
             for out, ins in zip(output_tensors, input_tensors):
                 if len(ins) != self.size():
                     raise HpcclInvalidArgument("input_list", f"has {len(ins)} tensors, needs {self.size()}")
                 flat = torch.cat([_flat(t, "input_list") for t in ins])
-                self.comm.reduce_scatter(flat, _flat(out, "output"), op=op)
+                self.comm.reduce_scatter(_scaled(flat, factor), _flat(out, "output"), op=op)
         return self._run(output_tensors, go)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         opts = opts or dist.ReduceScatterOptions()
-        return self._run(output, lambda: self.comm.reduce_scatter(_flat(input, "input"), _flat(output, "output"),
-                                                                  op=_op(opts)))
+
+        def go() -> None:
+            op, factor = _op(opts)
+            self.comm.reduce_scatter(_scaled(_flat(input, "input"), factor), _flat(output, "output"), op=op)
+        return self._run(output, go)
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -119,9 +136,9 @@ class HpcclProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ReduceScatterOptions()
 
         def go() -> None:
-            op = _op(opts)
+            op, factor = _op(opts)
             for o, i in zip(outputs, inputs):
-                self.comm.reduce_scatter(_flat(i, "input"), _flat(o, "output"), op=op)
+                self.comm.reduce_scatter(_scaled(_flat(i, "input"), factor), _flat(o, "output"), op=op)
         return self._run(list(outputs), go)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
