@@ -71,6 +71,26 @@ class HpcclProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 
+    # torch names each group after creating it; a ProcessGroup implemented in Python keeps the name itself
+    # (the C++ base stores it on per-device backends, which this group does not have)
+    def _set_group_name(self, name: str) -> None:
+        self._hpccl_group_name = name
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        return getattr(self, "_hpccl_group_name", "")
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._hpccl_group_desc = desc
+
+    @property
+    def group_desc(self) -> str:  # type: ignore[override]
+        return getattr(self, "_hpccl_group_desc", "")
+
+    def _get_backend(self, device: Any) -> "HpcclProcessGroup":
+        """This group serves every device itself."""
+        return self
+
     @property
     def name(self) -> str:  # type: ignore[override]
         return BACKEND

@@ -165,6 +165,34 @@ l_g, p_g = train(gloo)
 check("ddp losses equal gloo's", l_h == l_g if n <= 2 else all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(l_h, l_g)))
 check("ddp parameters equal gloo's", all(torch.equal(a, b) if n <= 2 else torch.allclose(a, b, rtol=1e-5)
                                          for a, b in zip(p_h, p_g)))
+
+
+def train_fsdp(group):
+    """FSDP2 (fully_shard) on a DeviceMesh over the group: 10 steps."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    mesh = DeviceMesh.from_group(group or dist.group.WORLD, "cpu")
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(200 + rank)
+    losses = []
+    for _ in range(10):
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+f_h, f_g = train_fsdp(None), train_fsdp(gloo)
+check("fsdp2 losses equal gloo's", f_h == f_g if n <= 2 else all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(f_h, f_g)))
 print("RESULT " + json.dumps({"rank": rank, "checks": checks, "bad": bad,
                               "backend": dist.get_backend()}), flush=True)
 dist.destroy_process_group()
