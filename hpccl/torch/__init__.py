@@ -185,6 +185,20 @@ class HpcclProcessGroup(dist.ProcessGroup):
                     o.copy_(both[r * src.numel():(r + 1) * src.numel()].view_as(o))
         return self._run(output_tensors, go)
 
+    def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], input_list: List[torch.Tensor],
+                            opts: Any = None) -> Any:
+        """output_lists[r][i] = rank r's input_list[i]."""
+        if len(output_lists) != self.size():
+            raise HpcclInvalidArgument("output_tensor_lists", f"has {len(output_lists)} lists, needs {self.size()}")
+        for i, inp in enumerate(input_list):
+            self.allgather([[output_lists[r][i] for r in range(self.size())]], [inp], opts)
+        return _done(output_lists)
+
+    def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Any:
+        from ..errors import HpcclUnsupported
+        raise HpcclUnsupported("recv from any source: hpccl matches point-to-point messages by (peer, order), "
+                               "as NCCL does; name the source rank")
+
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         return self._run(output, lambda: self.comm.all_gather(_flat(input, "input_tensor"),
                                                               _flat(output, "output_tensor")))

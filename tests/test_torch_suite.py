@@ -1,0 +1,46 @@
+"""A selection of torch's own backend test suite on "hpccl" (2 ranks, CPU), run through
+tests/torch_suite/run_torch_suite.py; the whole suite's log, beside gloo's, is docs/perf/torch_suite/."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# collectives, subgroups, DDP; each test spawns 2 ranks (~4-6 s here)
+SELECTION = [
+    "test_all_reduce_sum", "test_all_reduce_max", "test_all_reduce_product", "test_all_reduce_group_sum",
+    "test_all_reduce_sum_async", "test_all_gather", "test_all_gather_group", "test_broadcast",
+    "test_broadcast_group", "test_reduce_sum",
+    "test_all_to_all_single_equal_split", "test_all_to_all_single_unequal_split", "test_all_to_all",
+    "test_gather", "test_scatter", "test_barrier", "test_send_recv", "test_batch_isend_irecv_op_list_err",
+    "test_DistributedDataParallelCPU", "test_ddp_comm_hook_logging",
+]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None or importlib.util.find_spec("expecttest") is None,
+                    reason="torch (and its test helpers expecttest, hypothesis) are not installed")
+def test_torch_suite_selection(tmp_path):
+    env = dict(os.environ, BACKEND="hpccl", WORLD_SIZE="2", TEMP_DIR=str(tmp_path),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    env = {k: v for k, v in env.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
+    args = [sys.executable, str(ROOT / "tests" / "torch_suite" / "run_torch_suite.py"), "-v"]
+    for name in SELECTION:
+        args += ["-k", name]
+    proc = subprocess.run(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=600)
+    tail = proc.stdout[-5000:]
+    ran = re.search(r"Ran (\d+) tests?", proc.stdout)
+    assert proc.returncode == 0 and ran, tail
+    skipped = re.search(r"skipped=(\d+)", proc.stdout)
+    n_run, n_skip = int(ran.group(1)), int(skipped.group(1)) if skipped else 0
+    reasons = sorted(set(re.findall(r"skipped '([^']*)'", proc.stdout)))
+    if n_skip:  # the sub-suite's skips, in the top-level summary (pytest's warnings section)
+        warnings.warn(f"torch suite selection: {n_run} run, {n_skip} skipped inside it: " + "; ".join(reasons))
+    assert n_run - n_skip >= len(SELECTION), tail  # the selected tests really ran, not skipped into green
