@@ -10,7 +10,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[mpich,test,bench,ucx]"
-# torch (CPU) is only a baseline (gloo) and a buffer type in the tests; a local wheel makes this quick.
+# torch (CPU): the gloo baseline, a buffer type, and the torch.distributed backend's tests (its own test
+# suite needs expecttest and hypothesis); a local wheel makes this quick.
 if [ "${HPCCL_SKIP_TORCH:-0}" != "1" ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
+  .venv/bin/python -m pip install -q expecttest hypothesis
 fi
