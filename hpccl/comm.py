@@ -695,19 +695,11 @@ class Communicator:
             self._group, self._p2p = None, []
             for call in calls:  # a graph-capture refusal comes before anything of the group is enqueued
                 if call.mem is not host and call.stream is not None:
-                    self._check_capture_for(call)
+                    self._check_capture(call.stream, call.coll)
             if p2p:
                 self._run_p2p(p2p)
             for call in calls:
                 self._run(call)
-
-    def _check_capture_for(self, call: "Call") -> None:
-        if call.coll in ("barrier", "group(send/recv)"):
-            return self._check_capture(call.stream, call.coll)
-        algo = self._choose(call.coll, call.nbytes, CUDA)
-        spec = ALGORITHMS[call.coll].get(algo)
-        if spec is None or spec.cuda_scope != "node":
-            self._check_capture(call.stream, call.coll)
 
     # ----- sub-communicators for hierarchical algorithms ----------------------------------------------
     def _subcomm(self, kind: str) -> Optional["Communicator"]:
