@@ -153,13 +153,9 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
-        opts = opts or dist.ReduceScatterOptions()
-
-        def go() -> None:
-            op, factor = _op(opts)
-            for o, i in zip(outputs, inputs):
-                self.comm.reduce_scatter(_scaled(_flat(i, "input"), factor), _flat(o, "output"), op=op)
-        return self._run(list(outputs), go)
+        for o, i in zip(outputs, inputs):
+            self.reduce_scatter_single(o, i, opts)
+        return _done(list(outputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -207,10 +203,9 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def all_gather_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                     opts: Any = None) -> Any:
-        def go() -> None:
-            for o, i in zip(outputs, inputs):
-                self.comm.all_gather(_flat(i, "input_tensor"), _flat(o, "output_tensor"))
-        return self._run(list(outputs), go)
+        for o, i in zip(outputs, inputs):
+            self.all_gather_single(o, i, opts)
+        return _done(list(outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 

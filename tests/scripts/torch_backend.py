@@ -138,6 +138,20 @@ try:
 except (RuntimeError, ValueError) as exc:
     check("non-contiguous raises, naming it", "contiguous" in str(exc))
 
+# the coalesced tensor forms (what FSDP and DDP's bucketing call), premul_sum included
+pg = dist.group.WORLD
+ins = [torch.full((2 * n,), float(rank + 1)), torch.arange(3 * n, dtype=torch.float32)]
+outs = [torch.zeros(2), torch.zeros(3)]
+o = dist.ReduceScatterOptions()
+o.reduceOp = dist._make_nccl_premul_sum(2.0)
+pg.reduce_scatter_tensor_coalesced(outs, ins, o).wait()
+check("reduce_scatter_tensor_coalesced", torch.allclose(outs[0], torch.full((2,), float(n * (n + 1))))
+      and torch.allclose(outs[1], 2 * n * torch.arange(3 * rank, 3 * rank + 3, dtype=torch.float32)))
+g2 = [torch.zeros(n), torch.zeros(2 * n)]
+pg.allgather_into_tensor_coalesced(g2, [torch.full((1,), float(rank)), torch.full((2,), float(rank))]).wait()
+check("allgather_into_tensor_coalesced", torch.equal(g2[0], torch.arange(n, dtype=torch.float32))
+      and torch.equal(g2[1], torch.arange(n, dtype=torch.float32).repeat_interleave(2)))
+
 # DDP on hpccl and on gloo (a gloo group over the same ranks): same data, same seeds, 30 steps
 gloo = dist.new_group(backend="gloo")
 
