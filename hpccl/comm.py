@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -577,6 +577,69 @@ class Communicator:
         self._submit(Call("all_to_all", m, st, send.nbytes, (send, recv), key=key))
         return result
 
+    def all_to_all_v(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int], recvcounts: Sequence[int],
+                     sdispls: Optional[Sequence[int]] = None, rdispls: Optional[Sequence[int]] = None, *,
+                     stream: Any = None) -> Any:
+        """MPI_Alltoallv: rank i sends sendcounts[j] elements from sendbuf, starting at element sdispls[j],
+        to rank j, which receives them at element rdispls[i] of recvbuf (recvcounts[i] elements there).
+        Displacements default to the packed prefix sums of the counts. It runs as a group of sends and
+        receives (host and GPU alike); recvcounts[j] must equal rank j's sendcounts[i], as in MPI."""
+        self._alive("all_to_all_v")
+        m = self._memory(sendbuf, "all_to_all_v")
+        send, _ = m.view(sendbuf, "sendbuf")
+        if recvbuf is None:
+            raise HpcclInvalidArgument("recvbuf", "is required (its size follows from recvcounts and rdispls)")
+        if self._memory(recvbuf, "recvbuf") is not m:
+            raise HpcclInvalidArgument("recvbuf", f"is {memory_kind(recvbuf)} memory but sendbuf is {m.kind} memory")
+        recv, _ = m.view(recvbuf, "recvbuf")
+        m.writable(recv, "recvbuf")
+        if m.dtype(recv) != m.dtype(send):
+            raise HpcclInvalidArgument("recvbuf", f"dtype {m.dtype(recv)} differs from sendbuf's {m.dtype(send)}")
+        sblocks = self._vblocks(sendcounts, sdispls, send.size, "sendcounts", "sdispls", "sendbuf", False)
+        rblocks = self._vblocks(recvcounts, rdispls, recv.size, "recvcounts", "rdispls", "recvbuf", True)
+        r = self.rank
+        if sblocks[r][1] != rblocks[r][1]:
+            raise HpcclInvalidArgument("recvcounts", f"recvcounts[{r}] = {rblocks[r][1]} but this rank sends "
+                                                     f"itself sendcounts[{r}] = {sblocks[r][1]}")
+        st = m.stream(stream, sendbuf)
+        if m.shares(send, recv):  # blocks may be read after others are written
+            send = m.clone(send, st)
+        items = [("send", j, send[o:o + c], m, st) for j, (o, c) in enumerate(sblocks) if c]
+        items += [("recv", j, recv[o:o + c], m, st) for j, (o, c) in enumerate(rblocks) if c]
+        if self._group is not None:
+            self._p2p.extend(items)
+        elif items:
+            self._run_p2p(items, "all_to_all_v")
+        return recvbuf
+
+    def _vblocks(self, counts: Sequence[int], displs: Optional[Sequence[int]], total: int, cname: str,
+                 dname: str, bname: str, disjoint: bool) -> List[Tuple[int, int]]:
+        """[(offset, count)] per rank, checked: one per rank, non-negative, inside the buffer, and (for the
+        receive side) not overlapping one another."""
+        def ints(seq: Any, name: str) -> List[int]:
+            try:
+                vals = [int(v) for v in seq]
+            except (TypeError, ValueError):
+                raise HpcclInvalidArgument(name, f"{seq!r} is not a sequence of integers") from None
+            if len(vals) != self.size:
+                raise HpcclInvalidArgument(name, f"has {len(vals)} entries, needs one per rank ({self.size})")
+            bad = [i for i, v in enumerate(vals) if v < 0]
+            if bad:
+                raise HpcclInvalidArgument(name, f"entry {bad[0]} is negative ({vals[bad[0]]})")
+            return vals
+        cs = ints(counts, cname)
+        ds = ints(displs, dname) if displs is not None else [sum(cs[:j]) for j in range(self.size)]
+        for j, (o, c) in enumerate(zip(ds, cs)):
+            if o + c > total:
+                raise HpcclInvalidArgument(cname if displs is None else dname,
+                                           f"block {j} ({c} elements at {o}) ends past {bname}'s {total} elements")
+        if disjoint:
+            spans = sorted((o, o + c, j) for j, (o, c) in enumerate(zip(ds, cs)) if c)
+            for (_, e0, j0), (s1, _, j1) in zip(spans, spans[1:]):
+                if s1 < e0:
+                    raise HpcclInvalidArgument(dname, f"blocks {j0} and {j1} of {bname} overlap")
+        return list(zip(ds, cs))
+
     def barrier(self, *, stream: Any = None) -> None:
         """Return once every rank has called barrier; with a stream, a stream-ordered barrier instead:
         work after it on ``stream`` starts once every rank's stream got there (no host wait)."""
@@ -632,18 +695,24 @@ class Communicator:
         else:
             self._run_p2p([item])
 
-    def _run_p2p(self, items: List[Tuple[str, int, Any, Any, Any]]) -> None:
-        """Sends and receives run together, host and device each as one Call (no ordering deadlock)."""
+    def _run_p2p(self, items: List[Tuple[str, int, Any, Any, Any]], what: Optional[str] = None) -> None:
+        """Sends and receives run together, host and device each as one Call (no ordering deadlock).
+        Messages to self are matched in order with receives from self and must have the same size."""
+        self_sends = [x[2] for x in items if x[0] == "send" and x[1] == self.rank]
+        self_recvs = [x[2] for x in items if x[0] == "recv" and x[1] == self.rank]
+        if len(self_sends) != len(self_recvs) or any(a.nbytes != b.nbytes for a, b in zip(self_sends, self_recvs)):
+            raise HpcclInvalidArgument("buf", "sends to this rank itself must pair, in order, with receives from "
+                                              "itself of the same size")
         hosts = [x for x in items if x[3] is host]
         devs = [x for x in items if x[3] is not host]
         if hosts:
             sends = [(peer, b) for k, peer, b, _, _ in hosts if k == "send"]
             recvs = [(peer, b, None) for k, peer, b, _, _ in hosts if k == "recv"]
-            what = hosts[0][0] if len(hosts) == 1 else "group(send/recv)"
-            self._run(Call(what, host, None, 0, (),
+            name = what or (hosts[0][0] if len(hosts) == 1 else "group(send/recv)")
+            self._run(Call(name, host, None, 0, (),
                            fn=lambda c, call: c._prim.exchange(sends, recvs)))
         if devs:
-            self._run(Call("group(send/recv)", devs[0][3], devs[0][4], 0, tuple(devs),
+            self._run(Call(what or "group(send/recv)", devs[0][3], devs[0][4], 0, tuple(devs),
                            fn=Communicator._device_p2p))
 
     def _device_p2p(self, call: "Call") -> None:
@@ -660,15 +729,20 @@ class Communicator:
             rt.streamWaitEvent(dst, ev.ptr, 0)
         for o in others:
             join(o, st)
-        sends = [(peer, b) for k, peer, b, _, _ in items if k == "send"]
-        recvs = [(peer, b) for k, peer, b, _, _ in items if k == "recv"]
+        me = self.rank
+        sends = [(peer, b) for k, peer, b, _, _ in items if k == "send" and peer != me]
+        recvs = [(peer, b) for k, peer, b, _, _ in items if k == "recv" and peer != me]
+        mine = zip([b for k, p, b, _, _ in items if k == "send" and p == me],
+                   [b for k, p, b, _, _ in items if k == "recv" and p == me])
+        for src, dst in mine:  # to self: a copy on the group's stream
+            if dst.nbytes:
+                rt.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, st)
         if dev.engine is not None:
             dev.engine.group_p2p(sends, recvs, st)
-        else:
-            self._check_capture(st, "send/recv")
+        elif sends or recvs:
             prim, seq = dev.prim, self._seq
             dev.proxy.enqueue(st, lambda: prim.exchange(sends, [(p, b, None) for p, b in recvs]),
-                              f"send/recv #{seq}")
+                              f"{call.coll} #{seq}")
         for o in others:
             join(st, o)
 

@@ -1,12 +1,17 @@
 """torch.distributed backend "hpccl": ``import hpccl.torch`` registers it, then
 ``torch.distributed.init_process_group("hpccl")`` (or "cpu:gloo,cuda:hpccl") runs torch's collectives,
-DDP included, on hpccl communicators, for CPU and CUDA tensors.
+DDP and FSDP included, on hpccl communicators, for CPU and CUDA tensors.
 
 Bootstrap (HPCCL_BOOTSTRAP): under mpiexec or srun, MPI (mpi4py), with torch's rank equal to the MPI rank
-(``hpccl.torch.init_process_group()`` sets that up), and subgroups (new_group) over the matching MPI
-group; under torchrun (no MPI launcher), the c10d Store torch hands the backend for each group. Each call runs hpccl's collective: host tensors complete
-before the call returns; CUDA tensors are enqueued on torch's current stream (stream-ordered, as hpccl's
-GPU path is). The Work returned is complete; hpccl's errors raise from the torch call itself.
+(``hpccl.torch.init_process_group()`` sets that up), and subgroups over the matching MPI group; under
+torchrun (no MPI launcher), the c10d Store torch hands the backend for each group.
+
+Work, as ProcessGroupNCCL's: CUDA collectives run on an hpccl stream per group and device that first
+waits on the caller's current stream; the caller's tensors are recorded on it with the caching allocator
+(record_stream), and the call returns at once. The Work's wait() (and its future's) makes the caller's
+current stream wait on that stream: no host synchronisation. CPU collectives complete inside the call, as
+hpccl's host calls do. Bad input and hpccl's timeouts (naming the collective and the ranks) raise from
+the call.
 """
 from __future__ import annotations
 
@@ -54,6 +59,26 @@ def _done(result: Any) -> Any:
     return _create_work_from_future(fut)
 
 
+def _opts(opts: Any, cls: Any, op: Any = None, root: Optional[int] = None) -> Any:
+    """The Options torch's pybind overloads would build: callers pass Options, a ReduceOp, a root, or none."""
+    if isinstance(opts, cls):
+        return opts
+    o = cls()
+    if isinstance(opts, (dist.ReduceOp, dist.ReduceOp.RedOpType)):
+        op = opts
+    elif isinstance(opts, int):
+        root = opts
+    if op is not None:
+        o.reduceOp = op if isinstance(op, dist.ReduceOp) else dist.ReduceOp(op)
+    if root is not None:
+        o.rootRank = root
+    return o
+
+
+def _list(x: Any) -> List[Any]:
+    return [x] if isinstance(x, torch.Tensor) else x
+
+
 def _flat(t: torch.Tensor, name: str) -> torch.Tensor:
     if not t.is_contiguous():
         raise HpcclInvalidArgument(name, "tensor is not contiguous; pass t.contiguous()")
@@ -67,6 +92,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.comm = comm
         self._coalescing: Optional[List[Any]] = None
+        self._streams: dict = {}  # device index -> this group's hpccl stream there
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
@@ -95,15 +121,86 @@ class HpcclProcessGroup(dist.ProcessGroup):
     def name(self) -> str:  # type: ignore[override]
         return BACKEND
 
-    def _run(self, result: Any, fn: Callable[[], None]) -> Any:
-        """Run an hpccl call now: its errors (bad input naming the argument, timeouts naming the ranks)
-        raise from the torch call itself; the Work returned is complete."""
-        fn()
-        return _done(result)
+    # ----- torch.distributed.split_group ------------------------------------------------------------
+    supports_splitting = True
+    options = None  # no backend options: split_group copies the parent's
+
+    def eager_connect_single_device(self, device: Any) -> None:
+        """init_process_group(device_id=...): the group's GPU is that one."""
+        if device is not None and getattr(device, "type", None) == "cuda" and self.comm._dev is None:
+            self.comm.cuda_device = device.index if device.index is not None else torch.cuda.current_device()
+
+    def perform_nocolor_split(self, device: Any) -> None:
+        """A rank outside a new_group: nothing to do (hpccl builds a subgroup among its members only)."""
+
+    def comm_split_count(self) -> int:
+        return getattr(self, "_splits", 0)
+
+    def _set_sequence_number_for_group(self) -> None:
+        """hpccl's communicators count their own calls (the sequence numbers its timeouts name)."""
+
+    def _get_sequence_number_for_group(self) -> int:
+        return self.comm._seq
+
+    def split_group(self, ranks: Sequence[int], timeout: Any = None, opts: Any = None, group_name: Any = None,
+                    group_desc: Any = None, device_types: Any = None) -> Optional["HpcclProcessGroup"]:
+        """The subgroup of these ranks (of this group), by splitting this group's communicator (every rank
+        of this group calls it; a rank outside ``ranks`` gets None), as ncclCommSplit does for NCCL."""
+        ranks = sorted(int(r) for r in ranks)
+        me = self.rank()
+        self._splits = self.comm_split_count() + 1
+        sub = self.comm.split(min(ranks) if me in ranks else -1, me)
+        if sub is None:
+            return None
+        if sub.size != len(ranks):
+            raise HpcclInvalidArgument("split_ranks", f"{ranks} overlaps another split of the same call")
+        if self.comm._dev is not None:
+            sub.cuda_device = self.comm._dev.device
+        elif self.comm.cuda_device is not None:
+            sub.cuda_device = self.comm.cuda_device
+        pg = HpcclProcessGroup(sub, ranks.index(me), len(ranks))
+        if group_name:
+            pg._set_group_name(group_name)
+        if group_desc:
+            pg._set_group_desc(group_desc)
+        return pg
+
+    def _run(self, result: Any, fn: Callable[[], None], tensors: Sequence[torch.Tensor] = ()) -> Any:
+        """Run an hpccl call: CPU tensors complete here; CUDA tensors are enqueued on this group's stream
+        (after the caller's current stream's work), and the Work's wait() joins the caller's stream to it.
+        Errors (bad input naming the argument, timeouts naming the ranks) raise from the call itself."""
+        if not tensors or not tensors[0].is_cuda:
+            fn()
+            return _done(result)
+        dev = tensors[0].device
+        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        s = self._streams.get(idx)
+        if s is None:
+            if self.comm.cuda_device is None:
+                self.comm.cuda_device = idx  # the group's GPU is its tensors' (torch's LOCAL_RANK device)
+            s = self._streams[idx] = torch.cuda.Stream(device=idx)
+        cur = torch.cuda.current_stream(idx)
+        s.wait_stream(cur)
+        for t in tensors:
+            if t.is_cuda:
+                t.record_stream(s)  # not reused by the caller's stream while hpccl's stream still reads it
+        torch.cuda.set_stream(s)
+        try:
+            fn()
+            fut: torch.futures.Future = torch.futures.Future(devices=[idx])
+            fut.set_result(result)  # records an event on hpccl's stream; wait() joins the caller's to it
+        finally:
+            torch.cuda.set_stream(cur)
+        return _create_work_from_future(fut)
+
+    def _wait_streams(self) -> None:
+        """The host waits for this group's CUDA work (barrier's meaning, as with NCCL)."""
+        for s in self._streams.values():
+            s.synchronize()
 
     # ----- reductions -----------------------------------------------------------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        opts = opts or dist.AllreduceOptions()
+        tensors, opts = _list(tensors), _opts(opts, dist.AllreduceOptions)
 
         def go() -> None:
             op, factor = _op(opts)
@@ -112,13 +209,13 @@ class HpcclProcessGroup(dist.ProcessGroup):
                 if factor is not None:
                     flat.mul_(factor)  # in place: the tensor is the output too
                 self.comm.all_reduce(flat, op=op)
-        return self._run(tensors, go)
+        return self._run(tensors, go, tensors)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         return self.allreduce(tensors, opts)
 
-    def reduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        opts = opts or dist.ReduceOptions()
+    def reduce(self, tensors: List[torch.Tensor], opts: Any = None, op: Any = None) -> Any:
+        tensors, opts = _list(tensors), _opts(opts, dist.ReduceOptions, op)
 
         def go() -> None:
             op, factor = _op(opts)
@@ -126,11 +223,13 @@ class HpcclProcessGroup(dist.ProcessGroup):
                 flat = _flat(t, "tensor")
                 self.comm.reduce(_scaled(flat, factor), flat if self.rank() == opts.rootRank else None,
                                  root=opts.rootRank, op=op)
-        return self._run(tensors, go)
+        return self._run(tensors, go, tensors)
 
     def reduce_scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                        opts: Any = None) -> Any:
-        opts = opts or dist.ReduceScatterOptions()
+        if isinstance(output_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        opts = _opts(opts, dist.ReduceScatterOptions)
 
         def go() -> None:
             op, factor = _op(opts)
@@ -139,56 +238,67 @@ class HpcclProcessGroup(dist.ProcessGroup):
                     raise HpcclInvalidArgument("input_list", f"has {len(ins)} tensors, needs {self.size()}")
                 flat = torch.cat([_flat(t, "input_list") for t in ins])
                 self.comm.reduce_scatter(_scaled(flat, factor), _flat(out, "output"), op=op)
-        return self._run(output_tensors, go)
+        return self._run(output_tensors, go, [*output_tensors, *(t for ins in input_tensors for t in ins)])
+
+    def _reduce_scatter_one(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> None:
+        op, factor = _op(opts)
+        self.comm.reduce_scatter(_scaled(_flat(input, "input"), factor), _flat(output, "output"), op=op)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         opts = opts or dist.ReduceScatterOptions()
-
-        def go() -> None:
-            op, factor = _op(opts)
-            self.comm.reduce_scatter(_scaled(_flat(input, "input"), factor), _flat(output, "output"), op=op)
-        return self._run(output, go)
+        return self._run(output, lambda: self._reduce_scatter_one(output, input, opts), (output, input))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
-        for o, i in zip(outputs, inputs):
-            self.reduce_scatter_single(o, i, opts)
-        return _done(list(outputs))
+        opts = opts or dist.ReduceScatterOptions()
+
+        def go() -> None:
+            for o, i in zip(outputs, inputs):
+                self._reduce_scatter_one(o, i, opts)
+        return self._run(list(outputs), go, [*outputs, *inputs])
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # ----- data movement --------------------------------------------------------------------------
     def broadcast(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        opts = opts or dist.BroadcastOptions()
+        tensors, opts = _list(tensors), _opts(opts, dist.BroadcastOptions)
 
         def go() -> None:
             for t in tensors:
                 self.comm.broadcast(_flat(t, "tensor"), root=opts.rootRank)
-        return self._run(tensors, go)
+        return self._run(tensors, go, tensors)
+
+    def _allgather_list(self, outs: List[torch.Tensor], inp: torch.Tensor) -> None:
+        if len(outs) != self.size():
+            raise HpcclInvalidArgument("tensor_list", f"has {len(outs)} tensors, needs {self.size()}")
+        src = _flat(inp, "tensor")
+        both = torch.empty(self.size() * src.numel(), dtype=src.dtype, device=src.device)
+        self.comm.all_gather(src, both)
+        for r, o in enumerate(outs):
+            o.copy_(both[r * src.numel():(r + 1) * src.numel()].view_as(o))
 
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts: Any = None) -> Any:
+        if isinstance(input_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+
         def go() -> None:
             for outs, inp in zip(output_tensors, input_tensors):
-                if len(outs) != self.size():
-                    raise HpcclInvalidArgument("tensor_list", f"has {len(outs)} tensors, needs {self.size()}")
-                src = _flat(inp, "tensor")
-                both = torch.empty(self.size() * src.numel(), dtype=src.dtype, device=src.device)
-                self.comm.all_gather(src, both)
-                for r, o in enumerate(outs):
-                    o.copy_(both[r * src.numel():(r + 1) * src.numel()].view_as(o))
-        return self._run(output_tensors, go)
+                self._allgather_list(outs, inp)
+        return self._run(output_tensors, go, [*input_tensors, *(t for outs in output_tensors for t in outs)])
 
     def allgather_coalesced(self, output_lists: List[List[torch.Tensor]], input_list: List[torch.Tensor],
                             opts: Any = None) -> Any:
         """output_lists[r][i] = rank r's input_list[i]."""
         if len(output_lists) != self.size():
             raise HpcclInvalidArgument("output_tensor_lists", f"has {len(output_lists)} lists, needs {self.size()}")
-        for i, inp in enumerate(input_list):
-            self.allgather([[output_lists[r][i] for r in range(self.size())]], [inp], opts)
-        return _done(output_lists)
+
+        def go() -> None:
+            for i, inp in enumerate(input_list):
+                self._allgather_list([output_lists[r][i] for r in range(self.size())], inp)
+        return self._run(output_lists, go, [*input_list, *(t for outs in output_lists for t in outs)])
 
     def recv_anysource(self, tensors: List[torch.Tensor], tag: int = 0) -> Any:
         from ..errors import HpcclUnsupported
@@ -197,15 +307,16 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         return self._run(output, lambda: self.comm.all_gather(_flat(input, "input_tensor"),
-                                                              _flat(output, "output_tensor")))
+                                                              _flat(output, "output_tensor")), (output, input))
 
     _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                     opts: Any = None) -> Any:
-        for o, i in zip(outputs, inputs):
-            self.all_gather_single(o, i, opts)
-        return _done(list(outputs))
+        def go() -> None:
+            for o, i in zip(outputs, inputs):
+                self.comm.all_gather(_flat(i, "input_tensor"), _flat(o, "output_tensor"))
+        return self._run(list(outputs), go, [*outputs, *inputs])
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -221,6 +332,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def all_to_all_single(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
                           input_split_sizes: List[int], opts: Any = None) -> Any:
+        """Equal splits: hpccl's all_to_all; uneven (rows of dim 0 per rank): its all_to_all_v."""
         n = self.size()
 
         def go() -> None:
@@ -228,23 +340,12 @@ class HpcclProcessGroup(dist.ProcessGroup):
             if not output_split_sizes and not input_split_sizes:
                 self.comm.all_to_all(src, dst)
                 return
+            ins = _splits(input_split_sizes, input, n, "input_split_sizes")
+            outs = _splits(output_split_sizes, output, n, "output_split_sizes")
             row_in = input[0].numel() if input.dim() and input.shape[0] else 0
             row_out = output[0].numel() if output.dim() and output.shape[0] else 0
-            ins = list(input_split_sizes) or [input.shape[0] // n] * n
-            outs = list(output_split_sizes) or [output.shape[0] // n] * n
-            if len(ins) != n or sum(ins) != input.shape[0]:
-                raise HpcclInvalidArgument("input_split_sizes", f"{ins} does not split {input.shape[0]} rows "
-                                                                f"over {n} ranks")
-            if len(outs) != n or sum(outs) != output.shape[0]:
-                raise HpcclInvalidArgument("output_split_sizes", f"{outs} does not split {output.shape[0]} "
-                                                                 f"rows over {n} ranks")
-            io, oo, sends, recvs = 0, 0, [], []
-            for p in range(n):
-                sends.append((p, src[io * row_in:(io + ins[p]) * row_in]))
-                recvs.append((p, dst[oo * row_out:(oo + outs[p]) * row_out]))
-                io, oo = io + ins[p], oo + outs[p]
-            self._exchange(sends, recvs)
-        return self._run(output, go)
+            self.comm.all_to_all_v(src, dst, [c * row_in for c in ins], [c * row_out for c in outs])
+        return self._run(output, go, (output, input))
 
     alltoall_base = all_to_all_single
 
@@ -253,11 +354,13 @@ class HpcclProcessGroup(dist.ProcessGroup):
         def go() -> None:
             self._exchange([(p, _flat(t, "input_tensor_list")) for p, t in enumerate(input_tensors)],
                            [(p, _flat(t, "output_tensor_list")) for p, t in enumerate(output_tensors)])
-        return self._run(output_tensors, go)
+        return self._run(output_tensors, go, [*output_tensors, *input_tensors])
 
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                opts: Any = None) -> Any:
-        root = opts.rootRank
+        if isinstance(input_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        root = _opts(opts, dist.GatherOptions).rootRank
 
         def go() -> None:
             src = _flat(input_tensors[0], "tensor")
@@ -266,11 +369,13 @@ class HpcclProcessGroup(dist.ProcessGroup):
                                                for p, t in enumerate(output_tensors[0])])
             else:
                 self._exchange([(root, src)], [])
-        return self._run(output_tensors, go)
+        return self._run(output_tensors, go, [*input_tensors, *(t for ts in output_tensors for t in ts)])
 
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                 opts: Any = None) -> Any:
-        root = opts.rootRank
+        if isinstance(output_tensors, torch.Tensor):
+            output_tensors, input_tensors = [output_tensors], [input_tensors]
+        root = _opts(opts, dist.ScatterOptions).rootRank
 
         def go() -> None:
             dst = _flat(output_tensors[0], "tensor")
@@ -279,9 +384,12 @@ class HpcclProcessGroup(dist.ProcessGroup):
                                [(root, dst)])
             else:
                 self._exchange([], [(root, dst)])
-        return self._run(output_tensors, go)
+        return self._run(output_tensors, go, [*output_tensors, *(t for ts in input_tensors for t in ts)])
 
     def barrier(self, opts: Any = None) -> Any:
+        """Every rank arrived, and this rank's CUDA collectives of this group are done (as NCCL's barrier
+        leaves the host after the device work)."""
+        self._wait_streams()
         return self._run(None, self.comm.barrier)
 
     # ----- point to point, and batch_isend_irecv's coalescing -------------------------------------
@@ -289,13 +397,13 @@ class HpcclProcessGroup(dist.ProcessGroup):
         if self._coalescing is not None:
             self._coalescing.append(("send", dst, tensors))
             return _done(tensors)
-        return self._run(tensors, lambda: [self.comm.send(_flat(t, "tensor"), dst) for t in tensors])
+        return self._run(tensors, lambda: [self.comm.send(_flat(t, "tensor"), dst) for t in tensors], tensors)
 
     def recv(self, tensors: List[torch.Tensor], src: int, tag: int = 0) -> Any:
         if self._coalescing is not None:
             self._coalescing.append(("recv", src, tensors))
             return _done(tensors)
-        return self._run(tensors, lambda: [self.comm.recv(_flat(t, "tensor"), src) for t in tensors])
+        return self._run(tensors, lambda: [self.comm.recv(_flat(t, "tensor"), src) for t in tensors], tensors)
 
     def _start_coalescing(self, device: Any = None) -> None:
         self._coalescing = []
@@ -304,7 +412,20 @@ class HpcclProcessGroup(dist.ProcessGroup):
         ops, self._coalescing = self._coalescing or [], None
         sends = [(peer, _flat(t, "tensor")) for kind, peer, ts in ops if kind == "send" for t in ts]
         recvs = [(peer, _flat(t, "tensor")) for kind, peer, ts in ops if kind == "recv" for t in ts]
-        return self._run(None, lambda: self._exchange(sends, recvs))
+        return self._run(None, lambda: self._exchange(sends, recvs), [t for _, _, ts in ops for t in ts])
+
+
+def _splits(sizes: Sequence[int], t: torch.Tensor, n: int, name: str) -> List[int]:
+    """Rows of dim 0 per rank: as given (checked to add up), or equal when empty."""
+    rows = t.shape[0] if t.dim() else t.numel()
+    if not sizes:
+        if rows % n:
+            raise HpcclInvalidArgument(name, f"empty, and {rows} rows do not split evenly over {n} ranks")
+        return [rows // n] * n
+    sizes = list(sizes)
+    if len(sizes) != n or sum(sizes) != rows or min(sizes) < 0:
+        raise HpcclInvalidArgument(name, f"{sizes} does not split {rows} rows over {n} ranks")
+    return sizes
 
 
 def _mpi_comm(global_ranks: Sequence[int], group_size: int) -> Any:

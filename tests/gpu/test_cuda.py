@@ -181,6 +181,34 @@ def test_all_to_all(world, count):
             np.testing.assert_array_equal(to_host(x), want, err_msg=f"{algo} in place")
 
 
+@pytest.mark.parametrize("scale", [1, 100000])
+def test_all_to_all_v(world, scale):
+    """Uneven blocks with zeros and gaps, on a side stream whose inputs were ordered after their making."""
+    import cupy
+    comm, dev = world
+    n, r = comm.size, comm.rank
+
+    def cnt(a, b):
+        return 0 if (a + 2 * b) % 3 == 0 else ((a * 7 + b * 3) % 5 + 1) * scale
+    data = [rank_data("float32", sum(cnt(q, j) for j in range(n)), q, 9, SUM) for q in range(n)]
+    sc, rc = [cnt(r, j) for j in range(n)], [cnt(j, r) for j in range(n)]
+    rd, pos = [0] * n, 0
+    for j in reversed(range(n)):  # reverse rank order, one-element gaps
+        rd[j], pos = pos + 1, pos + 1 + rc[j]
+    x = to_dev(data[r], dev)
+    out = to_dev(np.full(pos, -1, np.float32), dev)
+    side = cupy.cuda.Stream(non_blocking=True)
+    side.wait_event(cupy.cuda.get_current_stream().record())
+    comm.all_to_all_v(x, out, sc, rc, rdispls=rd, stream=side)
+    side.synchronize()
+    got = to_host(out)
+    want = np.full(pos, -1, np.float32)
+    for j in range(n):
+        jc = [cnt(j, k) for k in range(n)]
+        want[rd[j]:rd[j] + rc[j]] = data[j][sum(jc[:r]):sum(jc[:r + 1])]
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("nbytes", [1, 4096, 1 << 20, 40 << 20])
 def test_send_recv_group(world, nbytes):
     import cupy

@@ -131,6 +131,54 @@ def test_all_to_all(comm):
     comm._tuner.force("all_to_all", None)
 
 
+def _vcounts(a: int, b: int, n: int):
+    """How many elements rank a sends rank b: uneven, with zeros (a rank sends some peers nothing)."""
+    return 0 if (a + 2 * b) % 3 == 0 else (a * 7 + b * 3) % 5 + 1
+
+
+def test_all_to_all_v(comm):
+    n, r = comm.size, comm.rank
+    for dtype in ALL_DTYPES:
+        for scale in (1, 997):  # tiny blocks, and blocks that span several shared-memory slots
+            sc = [_vcounts(r, j, n) * scale for j in range(n)]
+            rc = [_vcounts(j, r, n) * scale for j in range(n)]
+            x = data(sum(sc), dtype, r, scale)
+            out = np.full(sum(rc), 7, dtype)
+            comm.all_to_all_v(x, out, sc, rc)
+            want = []
+            for q in range(n):  # rank q's block for this rank, at its packed offset
+                qc = [_vcounts(q, j, n) * scale for j in range(n)]
+                xq = data(sum(qc), dtype, q, scale)
+                want.append(xq[sum(qc[:r]):sum(qc[:r + 1])])
+            assert np.array_equal(out, np.concatenate(want)), (dtype, scale)
+    # explicit displacements: blocks laid out in reverse rank order with gaps, the gaps left untouched
+    sc = [_vcounts(r, j, n) for j in range(n)]
+    rc = [_vcounts(j, r, n) for j in range(n)]
+    rd, pos = [0] * n, 0
+    for j in reversed(range(n)):
+        rd[j], pos = pos + 1, pos + 1 + rc[j]
+    x = np.arange(sum(sc), dtype=np.int64) + 1000 * r
+    out = np.full(pos + 1, -1, np.int64)
+    comm.all_to_all_v(x, out, sc, rc, rdispls=rd)
+    for j in range(n):
+        jc = [_vcounts(j, k, n) for k in range(n)]
+        assert np.array_equal(out[rd[j]:rd[j] + rc[j]], np.arange(sum(jc[:r]), sum(jc[:r + 1])) + 1000 * j)
+    holes = np.ones(out.size, bool)
+    for j in range(n):
+        holes[rd[j]:rd[j] + rc[j]] = False
+    assert np.all(out[holes] == -1)
+    # inside a group, beside a collective
+    y = np.full(3, r, np.float64)
+    out2 = np.empty(sum(rc), np.float64)
+    with comm.group():
+        comm.all_reduce(y)
+        comm.all_to_all_v(x.astype(np.float64), out2, sc, rc)
+    assert np.all(y == n * (n - 1) / 2)
+    assert np.array_equal(out2, np.concatenate([
+        (np.arange(sum(sc2 := [_vcounts(j, k, n) for k in range(n)])) + 1000 * j)[sum(sc2[:r]):sum(sc2[:r + 1])]
+        for j in range(n)]).astype(np.float64))
+
+
 def test_zero_sized(comm):
     z = np.zeros(0, np.float32)
     assert comm.all_reduce(z).size == 0

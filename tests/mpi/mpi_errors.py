@@ -84,6 +84,33 @@ def test_all_to_all_not_divisible(comm):
         comm.all_to_all(np.ones(comm.size + 1))
 
 
+def test_all_to_all_v_bad_counts(comm):
+    """Every locally visible mistake names its argument before anything is sent (the next call still works)."""
+    n, r = comm.size, comm.rank
+    x, out = np.arange(2 * n, dtype=np.float32), np.zeros(2 * n, np.float32)
+    cases = [
+        (dict(sendcounts=[2] * (n + 1), recvcounts=[2] * n), "sendcounts"),
+        (dict(sendcounts=[2] * n, recvcounts=[-1] + [2] * (n - 1)), "recvcounts"),
+        (dict(sendcounts=[3] * n, recvcounts=[2] * n), "sendcounts"),  # past the end of sendbuf
+        (dict(sendcounts=[2] * n, recvcounts=[2] * n, rdispls=[0] * n), "rdispls" if n > 1 else None),
+        (dict(sendcounts=[2] * n, recvcounts=[2] * n, sdispls=[2 * n - 1] * n), "sdispls"),
+        (dict(sendcounts=["a"] * n, recvcounts=[2] * n), "sendcounts"),
+        (dict(sendcounts=[2] * n, recvcounts=[2 if j != r else 1 for j in range(n)]), "recvcounts"),
+    ]
+    for kw, arg in cases:
+        if arg is None:
+            continue
+        with pytest.raises(HpcclInvalidArgument) as e:
+            comm.all_to_all_v(x, out, **kw)
+        assert _arg(e) == arg, (kw, str(e.value))
+    with pytest.raises(HpcclInvalidArgument) as e:
+        comm.all_to_all_v(x, np.zeros(2 * n, np.float64), [2] * n, [2] * n)
+    assert _arg(e) == "recvbuf"
+    assert np.all(out == 0)  # nothing was written
+    comm.all_to_all_v(x, out, [2] * n, [2] * n)
+    assert np.array_equal(out, np.concatenate([np.arange(2 * r, 2 * r + 2, dtype=np.float32)] * n))
+
+
 def test_root_and_peer_out_of_range(comm):
     for bad in (-1, comm.size, 1.5, True, "0"):
         with pytest.raises(HpcclInvalidArgument) as e:

@@ -1,21 +1,33 @@
-"""torch.distributed on the "hpccl" backend under mpiexec or torchrun (CPU tensors): every collective torch exposes,
-checked against values computed locally, then DDP trained on hpccl and on gloo (a gloo group over the
-same ranks, in the same run) with the parameters compared. Prints 'RESULT {json}' per rank."""
+"""torch.distributed on the "hpccl" backend under mpiexec or torchrun: every collective torch exposes, checked
+against values computed locally, then DDP (find_unused_parameters, join() with uneven inputs) and FSDP2 trained
+on hpccl and on a reference group over the same ranks in the same run, with losses and parameters compared.
+HPCCL_TORCH_DEVICE=cuda runs it all on CUDA tensors (one GPU per rank, reference NCCL; gloo where ranks share a
+GPU, which NCCL refuses) and adds the stream semantics: async_op returns before the caller's stream has run,
+wait() joins streams without a host wait; split_group. Prints 'RESULT {json}' per rank."""
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
 
 import hpccl.torch as ht
 
+DEV = os.environ.get("HPCCL_TORCH_DEVICE", "cpu")
+init = {}
+if DEV == "cuda":
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    init["device_id"] = torch.device("cuda", torch.cuda.current_device())
 if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun: no MPI, hpccl bootstraps from torch's store
-    dist.init_process_group("hpccl")
+    dist.init_process_group("hpccl", **init)
 else:
-    ht.init_process_group()
+    ht.init_process_group(**init)
 rank, n = dist.get_rank(), dist.get_world_size()
 checks, bad = 0, []
+REF = "gloo" if DEV == "cpu" or n > torch.cuda.device_count() else "nccl"
+torch.set_default_device(DEV)
 
 
 def check(name, ok):
@@ -132,6 +144,19 @@ if rank in evens:
     t = data(rank)
     dist.all_reduce(t, group=sub)
     check("new_group all_reduce", torch.equal(t, sum(data(r) for r in evens)))
+# split_group: torch allows it only with an accelerator bound to the default group; on CPU the group's own
+# split_group (what torch calls) is checked directly
+halves = [list(range(0, n, 2)), list(range(1, n, 2))] if n > 1 else [[0]]
+if DEV == "cuda":
+    sg = dist.split_group(split_ranks=halves)
+    t = data(rank)
+    dist.all_reduce(t, group=sg)
+else:
+    sg = dist.group.WORLD.split_group(halves[rank % 2] if n > 1 else halves[0])
+    t = data(rank)
+    sg.allreduce([t]).wait()
+mine = halves[rank % 2] if n > 1 else halves[0]
+check("split_group all_reduce", sg is not None and sg.size() == len(mine) and torch.equal(t, sum(data(r) for r in mine)))
 try:
     dist.all_reduce(torch.zeros(4, 4).t())
     check("non-contiguous raises", False)
@@ -152,33 +177,82 @@ pg.allgather_into_tensor_coalesced(g2, [torch.full((1,), float(rank)), torch.ful
 check("allgather_into_tensor_coalesced", torch.equal(g2[0], torch.arange(n, dtype=torch.float32))
       and torch.equal(g2[1], torch.arange(n, dtype=torch.float32).repeat_interleave(2)))
 
-# DDP on hpccl and on gloo (a gloo group over the same ranks): same data, same seeds, 30 steps
-gloo = dist.new_group(backend="gloo")
+if DEV == "cuda":
+    # stream semantics: the caller's stream is busy (a sleeping kernel); async_op returns at once and wait()
+    # only joins the streams, so both return long before the sleep ends; the value is right afterwards
+    t = data(rank)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(4e8))  # ~0.2 s of GPU time on the caller's stream
+    t0 = time.perf_counter()
+    work = dist.all_reduce(t, async_op=True)
+    t_call = time.perf_counter() - t0
+    work.wait()
+    t_wait = time.perf_counter() - t0
+    busy = not torch.cuda.current_stream().query()
+    check("cuda async_op returns before the caller's stream ran", t_call < 0.05 and busy)
+    check("cuda wait() joins streams without a host wait", t_wait < 0.05)
+    check("cuda async value", torch.equal(t, allsum))
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    check("cuda get_future value", torch.equal(fut.wait()[0], 2 * allsum if n == 1 else n * allsum))
+    try:  # input on the CPU, output on the GPU: refused, naming the argument, before anything moves
+        out = torch.zeros(n * 5)
+        dist.all_gather_into_tensor(out, torch.ones(5, device="cpu"))
+        check("tensor on the wrong device raises", False)
+    except (RuntimeError, ValueError) as exc:
+        check("tensor on the wrong device raises, naming it", "memory" in str(exc) or "device" in str(exc))
+        check("nothing written", torch.count_nonzero(out).item() == 0)
+
+# DDP on hpccl and on the reference backend (a group over the same ranks): same data, same seeds, 30 steps;
+# a branch some ranks leave unused (find_unused_parameters), then join() with uneven inputs
+ref = dist.new_group(backend=REF)
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4), torch.nn.Linear(32, 4)
+
+    def forward(self, x, use_c):
+        h = torch.nn.functional.gelu(self.a(x))
+        return self.c(h) if use_c else self.b(h)
+
+
+def batches(seed, k):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(8, 16, generator=g).to(DEV), torch.randn(8, 4, generator=g).to(DEV)) for _ in range(k)]
 
 
 def train(group):
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    model = Net().to(DEV)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group, find_unused_parameters=True)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(100 + rank)
     losses = []
-    for _ in range(30):
-        x = torch.randn(8, 16, generator=g)
-        y = torch.randn(8, 4, generator=g)
+    for step, (x, y) in enumerate(batches(100 + rank, 30)):
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss = torch.nn.functional.mse_loss(ddp(x, use_c=(step + rank) % 3 == 0), y)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+    with ddp.join():  # rank r has 5 + r more batches: the others shadow its all_reduces
+        for x, y in batches(300 + rank, 5 + rank):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp(x, use_c=False), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
     return losses, [p.detach().clone() for p in model.parameters()]
 
 
+def same(a, b):
+    return a == b if n <= 2 else all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b))
+
+
 l_h, p_h = train(None)      # the default group: hpccl
-l_g, p_g = train(gloo)
-check("ddp losses equal gloo's", l_h == l_g if n <= 2 else all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(l_h, l_g)))
-check("ddp parameters equal gloo's", all(torch.equal(a, b) if n <= 2 else torch.allclose(a, b, rtol=1e-5)
-                                         for a, b in zip(p_h, p_g)))
+l_g, p_g = train(ref)
+check(f"ddp losses equal {REF}'s", same(l_h, l_g))
+check(f"ddp parameters equal {REF}'s", all(torch.equal(a, b) if n <= 2 else torch.allclose(a, b, rtol=1e-5)
+                                           for a, b in zip(p_h, p_g)))
 
 
 def train_fsdp(group):
@@ -186,17 +260,15 @@ def train_fsdp(group):
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
-    mesh = DeviceMesh.from_group(group or dist.group.WORLD, "cpu")
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(DEV)
+    mesh = DeviceMesh.from_group(group or dist.group.WORLD, DEV)
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    g = torch.Generator().manual_seed(200 + rank)
     losses = []
-    for _ in range(10):
-        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    for x, y in batches(200 + rank, 10):
         opt.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
@@ -205,9 +277,9 @@ def train_fsdp(group):
     return losses
 
 
-f_h, f_g = train_fsdp(None), train_fsdp(gloo)
-check("fsdp2 losses equal gloo's", f_h == f_g if n <= 2 else all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(f_h, f_g)))
-print("RESULT " + json.dumps({"rank": rank, "checks": checks, "bad": bad,
+f_h, f_g = train_fsdp(None), train_fsdp(ref)
+check(f"fsdp2 losses equal {REF}'s", same(f_h, f_g))
+print("RESULT " + json.dumps({"rank": rank, "checks": checks, "bad": bad, "device": DEV, "reference": REF,
                               "backend": dist.get_backend()}), flush=True)
 dist.destroy_process_group()
 sys.exit(0)
