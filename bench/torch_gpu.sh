@@ -1,0 +1,63 @@
+#!/bin/bash
+# The torch backend on the GPU machine, one call: hpccl's GPU tests of all_to_all_v, the backend script on
+# CUDA tensors (every collective, stream semantics, split_group, DDP with find_unused_parameters and join(),
+# FSDP2, against NCCL with one GPU per rank, gloo where ranks share a GPU) under mpirun and torchrun, torch's
+# own suite (its CUDA and DDP tests), and bench/torch_bench.py --device cuda --ddp. Logs go to $OUT.
+#   STAGES="tests backend torchrun suite bench"   pick stages; NP=2 ranks.
+set -o pipefail
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HPCCL_TIMEOUT=${HPCCL_TIMEOUT:-60}
+export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
+export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+NP=${NP:-2}
+STAGES=${STAGES:-tests backend torchrun suite bench}
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -n $NP"
+for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONUNBUFFERED \
+         PYTHONDONTWRITEBYTECODE HPCCL_TIMEOUT PYTHONPATH HPCCL_DEBUG; do
+  [ -n "${!v+x}" ] && MPIRUN="$MPIRUN -x $v"
+done
+rc=0
+stage() { echo; echo "=== $1 ($(date -u +%T))"; }
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+stage "machine"
+nvidia-smi -L
+python3 -c "import torch, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'cupy', cupy.__version__, 'gpus', torch.cuda.device_count())"
+if has tests; then
+  stage "hpccl GPU tests: all_to_all_v and grouped send/recv, $NP ranks"
+  timeout ${T_TESTS:-120} $MPIRUN python3 -m pytest tests/gpu -q -x -p no:cacheprovider --color=no -k "all_to_all or send_recv" || rc=1
+fi
+if has backend; then
+  stage "tests/scripts/torch_backend.py on CUDA tensors, $NP ranks under mpirun"
+  timeout ${T_BACKEND:-200} $MPIRUN -x HPCCL_TORCH_DEVICE=cuda python3 -W ignore::FutureWarning \
+    tests/scripts/torch_backend.py 2>&1 | grep -a -v "^\s*$" | tail -40 | tee "$OUT/torch_backend_cuda.log" || rc=1
+  grep -q '"bad": \[\]' "$OUT/torch_backend_cuda.log" || rc=1
+fi
+if has torchrun; then
+  stage "the same under torchrun (store bootstrap, no MPI launcher)"
+  env -u OMPI_COMM_WORLD_SIZE HPCCL_TORCH_DEVICE=cuda timeout ${T_TORCHRUN:-200} python3 -W ignore::FutureWarning \
+    -m torch.distributed.run --standalone --nproc-per-node=$NP tests/scripts/torch_backend.py 2>&1 \
+    | grep -a "RESULT\|Error\|error" | tail -20 | tee "$OUT/torch_backend_cuda_torchrun.log" || rc=1
+fi
+if has suite; then
+  SUITE_SELECT=${SUITE_SELECT:-cuda|CUDA|DistributedDataParallel|SyncBatchNorm|gpu}
+  ngpu=$(nvidia-smi -L | wc -l)
+  for b in hpccl $([ "$ngpu" -ge "$NP" ] && echo nccl); do  # NCCL refuses ranks that share a GPU
+    stage "torch's suite, CUDA and DDP tests, BACKEND=$b, WORLD_SIZE=$NP"
+    ids=$(grep -oE "^test_[A-Za-z0-9_]+" docs/perf/torch_suite/gloo_2ranks.txt | grep -E "$SUITE_SELECT" \
+          | sed 's/^/TestHpcclBackend./')
+    BACKEND=$b WORLD_SIZE=$NP TEMP_DIR=$(mktemp -d) timeout ${T_SUITE:-200} python3 tests/torch_suite/run_torch_suite.py -v \
+      $ids > "$OUT/suite_$b.raw" 2>&1
+    grep -a -E "^test_.*(ok|skipped .*|FAIL|ERROR)$|^Ran |^OK|^FAILED" "$OUT/suite_$b.raw" | tail -80 > "$OUT/suite_$b.txt"
+    tail -3 "$OUT/suite_$b.txt"
+  done
+fi
+if has bench; then
+  stage "bench/torch_bench.py --device cuda --ddp, $NP ranks"
+  timeout ${T_BENCH:-240} $MPIRUN python3 -W ignore::FutureWarning bench/torch_bench.py --device cuda --ddp \
+    -b 8 -e ${BENCH_MAX:-1G} -f 4 --json "$OUT/torch_bench_cuda.json" 2>&1 | grep -a -v "^\s*$" | tee "$OUT/torch_bench_cuda.txt" || rc=1
+fi
+stage "done rc=$rc"
+exit $rc
