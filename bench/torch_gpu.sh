@@ -10,6 +10,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HPCCL_TIMEOUT=${HPCCL_TIMEOUT:-60}
 export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
 export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct
+if ls .whl/torchsuite/*.whl >/dev/null 2>&1; then  # torch's test helpers for its suite (no internet there)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tsite .whl/torchsuite/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/tsite
+fi
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 NP=${NP:-2}

@@ -39,7 +39,12 @@ def _op(opts: Any) -> Tuple[Any, Optional[float]]:
     """(hpccl op, premul factor or None): PREMUL_SUM is a SUM of inputs scaled by its factor."""
     r = opts.reduceOp
     if getattr(r, "op", None) == dist.ReduceOp.RedOpType.PREMUL_SUM:
-        f = r.factor
+        f = getattr(r, "factor", None)
+        if f is None:  # torch <= 2.12 exposes the factor only through the op's pickled state
+            state = r.__getstate__()
+            f = state[1] if len(state) > 1 else None
+        if f is None:
+            raise HpcclInvalidArgument("op", "PREMUL_SUM without a readable factor in this torch version")
         return SUM, float(f.item() if isinstance(f, torch.Tensor) else f)
     for torch_op, ours in _RED.items():
         if r == torch_op:
