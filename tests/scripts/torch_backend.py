@@ -147,16 +147,20 @@ if rank in evens:
 # split_group: torch allows it only with an accelerator bound to the default group; on CPU the group's own
 # split_group (what torch calls) is checked directly
 halves = [list(range(0, n, 2)), list(range(1, n, 2))] if n > 1 else [[0]]
-if DEV == "cuda":
-    sg = dist.split_group(split_ranks=halves)
-    t = data(rank)
-    dist.all_reduce(t, group=sg)
-else:
-    sg = dist.group.WORLD.split_group(halves[rank % 2] if n > 1 else halves[0])
-    t = data(rank)
-    sg.allreduce([t]).wait()
 mine = halves[rank % 2] if n > 1 else halves[0]
-check("split_group all_reduce", sg is not None and sg.size() == len(mine) and torch.equal(t, sum(data(r) for r in mine)))
+try:
+    if DEV == "cuda":
+        sg = dist.split_group(split_ranks=halves)
+        t = data(rank)
+        dist.all_reduce(t, group=sg)
+    else:
+        sg = dist.group.WORLD.split_group(mine)
+        t = data(rank)
+        sg.allreduce([t]).wait()
+    check("split_group all_reduce", sg.size() == len(mine) and torch.equal(t, sum(data(r) for r in mine)))
+except Exception as exc:  # noqa: BLE001 - recorded, and the rest still runs
+    print(f"split_group: {type(exc).__name__}: {exc}", flush=True)
+    check("split_group all_reduce", False)
 try:
     dist.all_reduce(torch.zeros(4, 4).t())
     check("non-contiguous raises", False)
