@@ -9,6 +9,7 @@ DDP step time of two MLPs (12 and 24 x Linear(2048, 2048) + GELU, batch 64).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 
@@ -130,6 +131,8 @@ def main() -> None:
             json.dump(dict(ranks=n, torch=torch.__version__, device=a.device, baseline=base, rows=rows, ddp=ddp), f,
                       indent=1)
     dist.destroy_process_group()
+    del gloo, groups  # not into interpreter teardown (docs/TORCH.md, known issues)
+    gc.collect()
 
 
 if __name__ == "__main__":

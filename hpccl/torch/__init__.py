@@ -24,7 +24,8 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import Communicator, config
 from ..bootstrap import StoreBootstrap
-from ..errors import HpcclInvalidArgument
+from .. import log
+from ..errors import HpcclError, HpcclInvalidArgument
 from ..ops import AVG, MAX, MIN, PROD, SUM
 
 BACKEND = "hpccl"
@@ -128,6 +129,20 @@ class HpcclProcessGroup(dist.ProcessGroup):
     def name(self) -> str:  # type: ignore[override]
         return BACKEND
 
+    def shutdown(self) -> None:
+        """destroy_process_group: finalize collectively, as ncclCommFinalize does (no rank leaves, tearing
+        down the store rank 0 serves, while another still shuts down a newer group), then free the comm. A
+        peer that never arrives is named in a warning after HPCCL_TIMEOUT; the communicator is freed anyway."""
+        if self.comm._destroyed:
+            return
+        try:
+            self._wait_streams()
+            self.comm.barrier()
+        except HpcclError as exc:
+            log.warn("INIT", "process group shutdown: %s", exc)
+        finally:
+            self.comm.destroy()
+
     # ----- torch.distributed.split_group ------------------------------------------------------------
     supports_splitting = True
     options = None  # no backend options: split_group copies the parent's
@@ -185,6 +200,8 @@ class HpcclProcessGroup(dist.ProcessGroup):
         if s is None:
             if self.comm.cuda_device is None:
                 self.comm.cuda_device = idx  # the group's GPU is its tensors' (torch's LOCAL_RANK device)
+            if self.bound_device_id is None:  # split_group needs it; torch sets it only for Backend objects
+                self.bound_device_id = torch.device("cuda", idx)
             s = self._streams[idx] = torch.cuda.Stream(device=idx)
         cur = torch.cuda.current_stream(idx)
         s.wait_stream(cur)
@@ -501,6 +518,10 @@ def init_process_group(backend: str = BACKEND, **kwargs: Any) -> None:
     addr = world.bcast(addr, root=0)
     kwargs.setdefault("init_method", addr)
     dist.init_process_group(backend, rank=world.Get_rank(), world_size=world.Get_size(), **kwargs)
+    dev = kwargs.get("device_id")
+    pg = dist.group.WORLD
+    if dev is not None and isinstance(pg, HpcclProcessGroup) and pg.bound_device_id is None:
+        pg.bound_device_id = dev  # torch binds only Backend objects; split_group reads it
 
 
 register()

@@ -4,6 +4,7 @@ on hpccl and on a reference group over the same ranks in the same run, with loss
 HPCCL_TORCH_DEVICE=cuda runs it all on CUDA tensors (one GPU per rank, reference NCCL; gloo where ranks share a
 GPU, which NCCL refuses) and adds the stream semantics: async_op returns before the caller's stream has run,
 wait() joins streams without a host wait; split_group. Prints 'RESULT {json}' per rank."""
+import gc
 import json
 import os
 import sys
@@ -223,7 +224,8 @@ class Net(torch.nn.Module):
 
 def batches(seed, k):
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(8, 16, generator=g).to(DEV), torch.randn(8, 4, generator=g).to(DEV)) for _ in range(k)]
+    return [(torch.randn(8, 16, generator=g, device="cpu").to(DEV), torch.randn(8, 4, generator=g, device="cpu").to(DEV))
+            for _ in range(k)]
 
 
 def train(group):
@@ -286,4 +288,8 @@ check(f"fsdp2 losses equal {REF}'s", same(f_h, f_g))
 print("RESULT " + json.dumps({"rank": rank, "checks": checks, "bad": bad, "device": DEV, "reference": REF,
                               "backend": dist.get_backend()}), flush=True)
 dist.destroy_process_group()
+# a gloo group object left alive into interpreter teardown beside hpccl's sometimes aborts there
+# ("terminate called without an active exception", docs/TORCH.md): drop it first
+del ref, sg
+gc.collect()
 sys.exit(0)
