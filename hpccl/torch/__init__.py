@@ -20,7 +20,6 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import _create_work_from_future
 
 from .. import Communicator, config
 from ..bootstrap import StoreBootstrap
@@ -61,10 +60,53 @@ def _scaled(t: torch.Tensor, factor: Optional[float]) -> torch.Tensor:
     return t if factor is None else t * factor
 
 
+class _Work(dist._Work):
+    """A collective's Work, as ProcessGroupNCCL's behaves: host work is complete when made; CUDA work ends
+    with an event on hpccl's stream, and wait() makes the caller's current stream wait on it (no host
+    sync). The future is made only when asked for (torch's CUDA futures cost tens of us to complete)."""
+
+    def __init__(self, result: Any, stream: Any = None, device: Optional[int] = None) -> None:
+        super().__init__()
+        self._result, self._stream, self._device = result, stream, device
+        if stream is not None:
+            self._event = torch.cuda.Event()
+            self._event.record(stream)
+
+    def wait(self, timeout: Any = None) -> bool:
+        if self._stream is not None:
+            torch.cuda.current_stream(self._device).wait_event(self._event)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._stream is None or self._event.query()
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Any:
+        return None
+
+    def synchronize(self) -> None:
+        if self._stream is not None:
+            self._event.synchronize()
+
+    def result(self) -> Any:
+        r = self._result
+        return r if isinstance(r, list) else ([] if r is None else [r])
+
+    def get_future(self) -> torch.futures.Future:
+        if self._stream is None:
+            fut: torch.futures.Future = torch.futures.Future()
+            fut.set_result(self._result)
+            return fut
+        fut = torch.futures.Future(devices=[self._device])
+        with torch.cuda.stream(self._stream):  # its completion event is recorded after this Work's
+            fut.set_result(self._result)
+        return fut
+
+
 def _done(result: Any) -> Any:
-    fut: torch.futures.Future = torch.futures.Future()
-    fut.set_result(result)
-    return _create_work_from_future(fut)
+    return _Work(result)
 
 
 def _opts(opts: Any, cls: Any, op: Any = None, root: Optional[int] = None) -> Any:
@@ -100,7 +142,8 @@ class HpcclProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.comm = comm
         self._coalescing: Optional[List[Any]] = None
-        self._streams: dict = {}  # device index -> this group's hpccl stream there
+        self._streams: dict = {}  # device index -> (this group's hpccl stream there, its joining event)
+        self._h: Optional[int] = None  # the stream handle hpccl's calls are enqueued on (None: host)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
@@ -192,34 +235,40 @@ class HpcclProcessGroup(dist.ProcessGroup):
         (after the caller's current stream's work), and the Work's wait() joins the caller's stream to it.
         Errors (bad input naming the argument, timeouts naming the ranks) raise from the call itself."""
         if not tensors or not tensors[0].is_cuda:
+            self._h = None
             fn()
-            return _done(result)
+            return _Work(result)
         dev = tensors[0].device
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
-        s = self._streams.get(idx)
-        if s is None:
-            if self.comm.cuda_device is None:
-                self.comm.cuda_device = idx  # the group's GPU is its tensors' (torch's LOCAL_RANK device)
-            if self.bound_device_id is None:  # split_group needs it; torch sets it only for Backend objects
-                self.bound_device_id = torch.device("cuda", idx)
-            s = self._streams[idx] = torch.cuda.Stream(device=idx)
+        side = self._streams.get(idx)
+        if side is None:
+            side = self._new_stream(idx)
+        s, joined = side
         cur = torch.cuda.current_stream(idx)
-        s.wait_stream(cur)
+        joined.record(cur)  # hpccl's stream starts after the caller's work so far
+        s.wait_event(joined)
         for t in tensors:
             if t.is_cuda:
                 t.record_stream(s)  # not reused by the caller's stream while hpccl's stream still reads it
-        torch.cuda.set_stream(s)
+        self._h = s.cuda_stream
+        torch.cuda.set_stream(s)  # temporaries (premul copies, concatenations) belong to hpccl's stream
         try:
             fn()
-            fut: torch.futures.Future = torch.futures.Future(devices=[idx])
-            fut.set_result(result)  # records an event on hpccl's stream; wait() joins the caller's to it
         finally:
             torch.cuda.set_stream(cur)
-        return _create_work_from_future(fut)
+        return _Work(result, s, idx)
+
+    def _new_stream(self, idx: int) -> Tuple[Any, Any]:
+        if self.comm.cuda_device is None:
+            self.comm.cuda_device = idx  # the group's GPU is its tensors' (torch's LOCAL_RANK device)
+        if self.bound_device_id is None:  # split_group needs it; torch sets it only for Backend objects
+            self.bound_device_id = torch.device("cuda", idx)
+        side = self._streams[idx] = (torch.cuda.Stream(device=idx), torch.cuda.Event())
+        return side
 
     def _wait_streams(self) -> None:
         """The host waits for this group's CUDA work (barrier's meaning, as with NCCL)."""
-        for s in self._streams.values():
+        for s, _ in self._streams.values():
             s.synchronize()
 
     # ----- reductions -----------------------------------------------------------------------------
@@ -232,7 +281,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
                 flat = _flat(t, "tensor")
                 if factor is not None:
                     flat.mul_(factor)  # in place: the tensor is the output too
-                self.comm.all_reduce(flat, op=op)
+                self.comm.all_reduce(flat, op=op, stream=self._h)
         return self._run(tensors, go, tensors)
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -266,7 +315,8 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def _reduce_scatter_one(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> None:
         op, factor = _op(opts)
-        self.comm.reduce_scatter(_scaled(_flat(input, "input"), factor), _flat(output, "output"), op=op)
+        self.comm.reduce_scatter(_scaled(_flat(input, "input"), factor), _flat(output, "output"), op=op,
+                                 stream=self._h)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         opts = opts or dist.ReduceScatterOptions()
@@ -291,7 +341,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
         def go() -> None:
             for t in tensors:
-                self.comm.broadcast(_flat(t, "tensor"), root=opts.rootRank)
+                self.comm.broadcast(_flat(t, "tensor"), root=opts.rootRank, stream=self._h)
         return self._run(tensors, go, tensors)
 
     def _allgather_list(self, outs: List[torch.Tensor], inp: torch.Tensor) -> None:
@@ -330,8 +380,8 @@ class HpcclProcessGroup(dist.ProcessGroup):
                                "as NCCL does; name the source rank")
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        return self._run(output, lambda: self.comm.all_gather(_flat(input, "input_tensor"),
-                                                              _flat(output, "output_tensor")), (output, input))
+        return self._run(output, lambda: self.comm.all_gather(_flat(input, "input_tensor"), _flat(output, "output_tensor"),
+                                                              stream=self._h), (output, input))
 
     _allgather_base = all_gather_single
 
