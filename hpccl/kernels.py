@@ -154,6 +154,11 @@ class Driver:
         self._host_dptr = fn("cuMemHostGetDevicePointer_v2", ctypes.POINTER(U64), P, u)
         self.wait_value32 = fn("cuStreamWaitValue32_v2", P, U64, ctypes.c_uint32, u)
         self.event_record = fn("cuEventRecord", P, P)
+        self.stream_wait_event = fn("cuStreamWaitEvent", P, P, u)
+        self.event_query = fn("cuEventQuery", P)
+        self.event_synchronize = fn("cuEventSynchronize", P)
+        self._event_create = fn("cuEventCreate", ctypes.POINTER(P), u)
+        self.event_destroy = fn("cuEventDestroy_v2", P)
         self._is_capturing = fn("cuStreamIsCapturing", P, ctypes.POINTER(I))
         self._stream_device = fn("cuStreamGetDevice", P, ctypes.POINTER(I))  # CUDA 12.8+ drivers only
         self._errname = fn("cuGetErrorName", I, ctypes.POINTER(ctypes.c_char_p))
@@ -163,6 +168,14 @@ class Driver:
         if cls._inst is None:
             cls._inst = Driver()
         return cls._inst
+
+    def event(self) -> int:
+        """A new CUevent without timing (in the current context), as an int handle."""
+        h = ctypes.c_void_p()
+        rc = self._event_create(ctypes.byref(h), 2)  # CU_EVENT_DISABLE_TIMING
+        if rc:
+            raise HpcclUnsupported(f"cuEventCreate failed: {self.error_name(rc)}")
+        return int(h.value)
 
     def error_name(self, code: int) -> str:
         s = ctypes.c_char_p()

@@ -33,11 +33,16 @@ _RED = {
     dist.ReduceOp.SUM: SUM, dist.ReduceOp.PRODUCT: PROD, dist.ReduceOp.MIN: MIN, dist.ReduceOp.MAX: MAX,
     dist.ReduceOp.AVG: AVG,
 }
+_RED_BY_TYPE = {dist.ReduceOp.RedOpType.SUM: SUM, dist.ReduceOp.RedOpType.PRODUCT: PROD,
+                dist.ReduceOp.RedOpType.MIN: MIN, dist.ReduceOp.RedOpType.MAX: MAX, dist.ReduceOp.RedOpType.AVG: AVG}
 
 
 def _op(opts: Any) -> Tuple[Any, Optional[float]]:
     """(hpccl op, premul factor or None): PREMUL_SUM is a SUM of inputs scaled by its factor."""
     r = opts.reduceOp
+    ours = _RED_BY_TYPE.get(getattr(r, "op", None))
+    if ours is not None:
+        return ours, None
     if getattr(r, "op", None) == dist.ReduceOp.RedOpType.PREMUL_SUM:
         f = getattr(r, "factor", None)
         if f is None:  # torch <= 2.12 exposes the factor only through the op's pickled state
@@ -55,9 +60,38 @@ def _op(opts: Any) -> Tuple[Any, Optional[float]]:
                                      "AVG, PREMUL_SUM)")
 
 
+def _is_premul(opts: Any) -> bool:
+    return getattr(opts.reduceOp, "op", None) == dist.ReduceOp.RedOpType.PREMUL_SUM
+
+
 def _scaled(t: torch.Tensor, factor: Optional[float]) -> torch.Tensor:
     """The input a premul sum reduces: a scaled copy (the caller's input is never changed)."""
     return t if factor is None else t * factor
+
+
+class _Side:
+    """A group's CUDA resources on one device: hpccl's stream, the event that joins it to the caller's
+    stream, and a ring of completion events (a Work waited on after its event was re-recorded waits for
+    later work on the same stream: stronger, never wrong)."""
+
+    RING = 64
+
+    def __init__(self, idx: int) -> None:
+        from ..kernels import Driver
+        self.drv = Driver.get()
+        self.stream = torch.cuda.Stream(device=idx)
+        self.h = int(self.stream.cuda_stream)
+        with torch.cuda.device(idx):
+            self.join = self.drv.event()
+            self.ring = [self.drv.event() for _ in range(self.RING)]
+        self.i = 0
+
+    def done_event(self) -> int:
+        """A ring event recorded on hpccl's stream now."""
+        ev = self.ring[self.i]
+        self.i = (self.i + 1) % self.RING
+        self.drv.event_record(ev, self.h)
+        return ev
 
 
 class _Work(dist._Work):
@@ -65,20 +99,18 @@ class _Work(dist._Work):
     with an event on hpccl's stream, and wait() makes the caller's current stream wait on it (no host
     sync). The future is made only when asked for (torch's CUDA futures cost tens of us to complete)."""
 
-    def __init__(self, result: Any, stream: Any = None, device: Optional[int] = None) -> None:
+    def __init__(self, result: Any, side: Optional[_Side] = None, device: int = 0) -> None:
         super().__init__()
-        self._result, self._stream, self._device = result, stream, device
-        if stream is not None:
-            self._event = torch.cuda.Event()
-            self._event.record(stream)
+        self._result, self._side, self._device = result, side, device
+        self._event = side.done_event() if side is not None else 0
 
     def wait(self, timeout: Any = None) -> bool:
-        if self._stream is not None:
-            torch.cuda.current_stream(self._device).wait_event(self._event)
+        if self._side is not None:
+            self._side.drv.stream_wait_event(torch._C._cuda_getCurrentRawStream(self._device), self._event, 0)
         return True
 
     def is_completed(self) -> bool:
-        return self._stream is None or self._event.query()
+        return self._side is None or self._side.drv.event_query(self._event) == 0
 
     def is_success(self) -> bool:
         return True
@@ -87,20 +119,20 @@ class _Work(dist._Work):
         return None
 
     def synchronize(self) -> None:
-        if self._stream is not None:
-            self._event.synchronize()
+        if self._side is not None:
+            self._side.drv.event_synchronize(self._event)
 
     def result(self) -> Any:
         r = self._result
         return r if isinstance(r, list) else ([] if r is None else [r])
 
     def get_future(self) -> torch.futures.Future:
-        if self._stream is None:
+        if self._side is None:
             fut: torch.futures.Future = torch.futures.Future()
             fut.set_result(self._result)
             return fut
         fut = torch.futures.Future(devices=[self._device])
-        with torch.cuda.stream(self._stream):  # its completion event is recorded after this Work's
+        with torch.cuda.stream(self._side.stream):  # its completion event is recorded after this Work's
             fut.set_result(self._result)
         return fut
 
@@ -142,7 +174,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)
         self.comm = comm
         self._coalescing: Optional[List[Any]] = None
-        self._streams: dict = {}  # device index -> (this group's hpccl stream there, its joining event)
+        self._streams: dict = {}  # device index -> this group's _Side there
         self._h: Optional[int] = None  # the stream handle hpccl's calls are enqueued on (None: host)
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
@@ -230,46 +262,50 @@ class HpcclProcessGroup(dist.ProcessGroup):
             pg._set_group_desc(group_desc)
         return pg
 
-    def _run(self, result: Any, fn: Callable[[], None], tensors: Sequence[torch.Tensor] = ()) -> Any:
+    def _run(self, result: Any, fn: Callable[[], None], tensors: Sequence[torch.Tensor] = (),
+             temps: bool = True) -> Any:
         """Run an hpccl call: CPU tensors complete here; CUDA tensors are enqueued on this group's stream
         (after the caller's current stream's work), and the Work's wait() joins the caller's stream to it.
-        Errors (bad input naming the argument, timeouts naming the ranks) raise from the call itself."""
+        ``temps``: the call makes torch temporaries, which then belong to hpccl's stream. Errors (bad input
+        naming the argument, timeouts naming the ranks) raise from the call itself."""
         if not tensors or not tensors[0].is_cuda:
             self._h = None
             fn()
             return _Work(result)
-        dev = tensors[0].device
-        idx = dev.index if dev.index is not None else torch.cuda.current_device()
+        idx = tensors[0].get_device()
         side = self._streams.get(idx)
         if side is None:
-            side = self._new_stream(idx)
-        s, joined = side
-        cur = torch.cuda.current_stream(idx)
-        joined.record(cur)  # hpccl's stream starts after the caller's work so far
-        s.wait_event(joined)
+            side = self._new_side(idx)
+        drv = side.drv
+        drv.event_record(side.join, torch._C._cuda_getCurrentRawStream(idx))
+        drv.stream_wait_event(side.h, side.join, 0)  # hpccl's stream starts after the caller's work so far
         for t in tensors:
             if t.is_cuda:
-                t.record_stream(s)  # not reused by the caller's stream while hpccl's stream still reads it
-        self._h = s.cuda_stream
-        torch.cuda.set_stream(s)  # temporaries (premul copies, concatenations) belong to hpccl's stream
-        try:
+                t.record_stream(side.stream)  # not reused by the caller's stream while hpccl's still reads it
+        self._h = side.h
+        if temps:
+            cur = torch.cuda.current_stream(idx)
+            torch.cuda.set_stream(side.stream)
+            try:
+                fn()
+            finally:
+                torch.cuda.set_stream(cur)
+        else:
             fn()
-        finally:
-            torch.cuda.set_stream(cur)
-        return _Work(result, s, idx)
+        return _Work(result, side, idx)
 
-    def _new_stream(self, idx: int) -> Tuple[Any, Any]:
+    def _new_side(self, idx: int) -> _Side:
         if self.comm.cuda_device is None:
             self.comm.cuda_device = idx  # the group's GPU is its tensors' (torch's LOCAL_RANK device)
         if self.bound_device_id is None:  # split_group needs it; torch sets it only for Backend objects
             self.bound_device_id = torch.device("cuda", idx)
-        side = self._streams[idx] = (torch.cuda.Stream(device=idx), torch.cuda.Event())
+        side = self._streams[idx] = _Side(idx)
         return side
 
     def _wait_streams(self) -> None:
         """The host waits for this group's CUDA work (barrier's meaning, as with NCCL)."""
-        for s, _ in self._streams.values():
-            s.synchronize()
+        for side in self._streams.values():
+            side.stream.synchronize()
 
     # ----- reductions -----------------------------------------------------------------------------
     def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
@@ -282,7 +318,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
                 if factor is not None:
                     flat.mul_(factor)  # in place: the tensor is the output too
                 self.comm.all_reduce(flat, op=op, stream=self._h)
-        return self._run(tensors, go, tensors)
+        return self._run(tensors, go, tensors, temps=_is_premul(opts))
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         return self.allreduce(tensors, opts)
@@ -320,7 +356,8 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         opts = opts or dist.ReduceScatterOptions()
-        return self._run(output, lambda: self._reduce_scatter_one(output, input, opts), (output, input))
+        return self._run(output, lambda: self._reduce_scatter_one(output, input, opts), (output, input),
+                         temps=_is_premul(opts))
 
     _reduce_scatter_base = reduce_scatter_single
 
@@ -342,7 +379,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
         def go() -> None:
             for t in tensors:
                 self.comm.broadcast(_flat(t, "tensor"), root=opts.rootRank, stream=self._h)
-        return self._run(tensors, go, tensors)
+        return self._run(tensors, go, tensors, temps=False)
 
     def _allgather_list(self, outs: List[torch.Tensor], inp: torch.Tensor) -> None:
         if len(outs) != self.size():
@@ -381,7 +418,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
         return self._run(output, lambda: self.comm.all_gather(_flat(input, "input_tensor"), _flat(output, "output_tensor"),
-                                                              stream=self._h), (output, input))
+                                                              stream=self._h), (output, input), temps=False)
 
     _allgather_base = all_gather_single
 
