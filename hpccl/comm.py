@@ -20,7 +20,8 @@ from . import config, log
 from .algorithms import ALGORITHMS, Layout, eligible
 from .algorithms import hier
 from .bootstrap import MpiBootstrap, StoreBootstrap
-from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclTimeoutError, HpcclUnsupported
+from .errors import (HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError, HpcclTimeoutError,
+                     HpcclUnsupported)
 from .interop import CUDA, HOST, memory_kind
 from .memory import host
 from .ops import AVG, SUM, ReduceOp, as_op, check_op_dtype
@@ -34,6 +35,7 @@ from .transport.shm import ShmTransport
 
 OpLike = Union[ReduceOp, str]
 FIRED = object()  # the device fast path replayed the call
+SURVEY_S = 0.5  # how long a timed-out rank waits for its peers' answers to "which collective are you in?"
 
 
 class Communicator:
@@ -88,7 +90,8 @@ class Communicator:
         if self.local_size > (os.cpu_count() or 1):
             spin = min(spin, 50)  # oversubscribed: a spinning rank would burn the core its peer needs
         self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), spin,
-                              [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted, self._on_fail)
+                              [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted,
+                              self._on_fail, self._survey)
         self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
         if window is not None:  # single-copy algorithms only if every rank can read its peers
             want = config.get("HPCCL_SINGLE_COPY") and shm.cma_ok
@@ -153,6 +156,15 @@ class Communicator:
                 return s
         return None
 
+    def _survey(self) -> bool:
+        """At a timeout: transports that cannot see their peers' arrival ask them (MPI's control channel)."""
+        asked = False
+        for t in self._transports:
+            if type(t).survey is not Transport.survey:
+                t.survey(self._waiter.ranks, SURVEY_S)
+                asked = True
+        return asked
+
     def _peer_aborted(self) -> Optional[int]:
         for t in self._transports:
             r = t.peer_aborted()
@@ -160,8 +172,8 @@ class Communicator:
                 return r
         return None
 
-    def _on_fail(self) -> None:
-        self.abort()
+    def _on_fail(self, origin: Optional[int] = None) -> None:
+        self.abort(origin)
 
     # ----- properties and life cycle ---------------------------------------------------------------
     @property
@@ -192,14 +204,19 @@ class Communicator:
             if kind in self._sub:
                 self._sub[kind].synchronize()
 
-    def abort(self) -> None:
-        """Mark this communicator failed and tell local peers, so they stop waiting."""
+    def abort(self, origin: Optional[int] = None) -> None:
+        """Mark this communicator failed and tell every peer (shared memory flag, MPI control message), so
+        they stop waiting; ``origin`` is the rank whose failure this passes on (default: this rank)."""
         if not self._aborted:
             self._aborted = True
             if self._dev is not None and self._dev.engine is not None:
                 self._dev.engine._live = False  # no more replays of launch snapshots
             for t in self._transports:
-                t.abort()
+                t.abort(self.rank if origin is None else origin)
+            for sub in self._sub.values():  # hier's steps wait on the sub-communicators' transports
+                pr = sub.parent_ranks or []
+                # an origin outside the sub-communicator travels in this communicator's numbering, as -(r+2)
+                sub.abort(None if origin is None else pr.index(origin) if origin in pr else -(origin + 2))
 
     def destroy(self) -> None:
         """Release shared memory, endpoints and the private MPI communicator; safe to call twice."""
@@ -302,14 +319,30 @@ class Communicator:
             else:
                 self._run_device(call)
         except HpcclError as exc:
-            self.abort()
-            raise self._in_parent(exc) from None
+            exc = self._as_call(self._in_parent(exc), call.coll)
+            self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+            raise exc from None
+
+    def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
+        """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step."""
+        step = getattr(exc, "collective", "")
+        if not step or (step, exc.seq) == (coll, self._seq):
+            return exc
+        where = f"in its hierarchical step {step} #{exc.seq}"
+        if isinstance(exc, HpcclTimeoutError):
+            return HpcclTimeoutError(coll, self._seq, exc.missing, config.get("HPCCL_TIMEOUT"), where)
+        if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
+            return HpcclRemoteError.aborted(coll, self._seq, exc.rank, exc.awaited, f"; {where}")
+        return exc
 
     def _in_parent(self, exc: HpcclError) -> HpcclError:
-        """A sub-communicator's timeout names its parent's ranks, the ones the user knows."""
-        if self.parent_ranks is None or not isinstance(exc, HpcclTimeoutError):
-            return exc
+        """A sub-communicator's timeout or remote failure names its parent's ranks, the ones the user knows."""
         pr = self.parent_ranks
+        if pr is not None and isinstance(exc, HpcclRemoteError) and exc.rank is not None and exc.collective:
+            return HpcclRemoteError.aborted(exc.collective, exc.seq, -exc.rank - 2 if exc.rank < 0 else pr[exc.rank],
+                                            [pr[m] for m in exc.awaited if 0 <= m < len(pr)])
+        if pr is None or not isinstance(exc, HpcclTimeoutError):
+            return exc
         return HpcclTimeoutError(exc.collective, exc.seq, [pr[m] for m in exc.missing if 0 <= m < len(pr)],
                                  config.get("HPCCL_TIMEOUT"), "ranks of the whole communicator; a step of its "
                                  "hierarchical algorithm")

@@ -1,7 +1,7 @@
 """hpccl's exceptions: one base class, one subclass per kind of failure, each with a stable code."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, List, Optional
 
 
 class HpcclError(RuntimeError):
@@ -66,6 +66,18 @@ class HpcclUnsupported(HpcclError, NotImplementedError):
 
 
 class HpcclRemoteError(HpcclError):
-    """A peer aborted the communicator; this rank stops instead of waiting forever."""
+    """A peer aborted the communicator; this rank stops instead of waiting forever. ``rank`` is the rank
+    that failed first (when known), ``collective``/``seq`` the call this rank was in."""
 
     code = 8
+
+    def __init__(self, message: str, rank: Optional[int] = None, collective: str = "", seq: int = 0,
+                 awaited: Optional[List[int]] = None) -> None:
+        super().__init__(message)
+        self.rank, self.collective, self.seq, self.awaited = rank, collective, seq, awaited or []
+
+    @classmethod
+    def aborted(cls, collective: str, seq: int, rank: int, awaited: List[int],
+                note: str = "") -> "HpcclRemoteError":
+        return cls(f"{collective} #{seq}: rank {rank} failed and aborted the communicator (this rank was "
+                   f"waiting on rank(s) {awaited}{note})", rank, collective, seq, awaited)

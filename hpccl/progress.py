@@ -18,10 +18,11 @@ class Waiter:
     def __init__(self, timeout: float, spin: int, ranks: List[int],
                  arrived: Callable[[int], Optional[int]],
                  peer_aborted: Callable[[], Optional[int]],
-                 on_fail: Callable[[], None]) -> None:
+                 on_fail: Callable[..., None], survey: Optional[Callable[[], bool]] = None) -> None:
         self.timeout, self.spin = timeout, spin
         self.ranks = ranks  # every other rank of the communicator
         self._arrived, self._peer_aborted, self._on_fail = arrived, peer_aborted, on_fail
+        self._survey = survey  # at a timeout: ask peers no transport can see; True if it asked
         self.collective, self.seq = "idle", 0
 
     def wait(self, ready: Callable[[], bool], peers: Peers) -> None:
@@ -49,18 +50,24 @@ class Waiter:
     def _check(self, start: float, peers: Peers) -> None:
         bad = self._peer_aborted()
         if bad is not None:
-            self._on_fail()
-            raise HpcclRemoteError(f"{self.collective} #{self.seq}: rank {bad} aborted the communicator; "
-                                   f"rank(s) not arrived: {self.missing(peers)}")
+            self._on_fail(bad)  # passed on: every rank names the rank that failed first
+            awaited = sorted(set(peers() if callable(peers) else peers))
+            late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
+            raise HpcclRemoteError.aborted(self.collective, self.seq, bad, awaited,
+                                           f"; rank(s) not arrived: {late}" if late else "")
         if time.monotonic() - start > self.timeout:
-            missing = self.missing(peers)
+            missing = self.missing(peers, surveyed=bool(self._survey and self._survey()))
             self._on_fail()
             raise HpcclTimeoutError(self.collective, self.seq, missing, self.timeout)
 
-    def missing(self, peers: Peers) -> List[int]:
+    def missing(self, peers: Peers, surveyed: bool = False) -> List[int]:
         """Ranks that have not entered the current collective: every rank whose arrival counter is visible
-        (same node) and behind, plus awaited ranks nobody can see; the awaited ranks if that is empty."""
+        (same node) and behind, plus awaited ranks nobody can see; the awaited ranks if that is empty.
+        After a survey every rank is visible or silent, and a silent rank has not arrived."""
         peers = peers() if callable(peers) else peers
+        if surveyed:
+            late = [p for p in self.ranks if (s := self._arrived(p)) is None or s < self.seq]
+            return late or sorted(set(peers))
         late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
         unseen = [p for p in peers if self._arrived(p) is None]
         return sorted(set(late + unseen)) or sorted(set(peers))

@@ -28,14 +28,42 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     assert shm_leftovers() == []
 
 
-def test_mpi_transport_timeout_names_the_awaited_rank():
-    proc = run_mpi(3, ["tests/scripts/skip_collective.py", "ring"],
+@pytest.mark.parametrize("n", [3, 4])
+def test_mpi_transport_timeout_names_the_rank_that_never_arrived(n):
+    """Over MPI (every rank its own node) each waiting rank asks the others which collective they are in
+    (the control channel): all name the rank that never came, not the neighbour their ring waited on."""
+    proc = run_mpi(n, ["tests/scripts/skip_collective.py", "ring"],
                    env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1", "HPCCL_NET": "mpi"}, timeout=120)
     rows = results(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    errs = [row for row in rows if row["rank"] != 2]
-    assert all(row["error"] in ("HpcclTimeoutError", "HpcclRemoteError") for row in errs), errs
-    assert any(row["missing"] == [2] for row in errs if row["error"] == "HpcclTimeoutError"), errs
+    errs = [row for row in rows if row["rank"] != n - 1]
+    assert len(errs) == n - 1, proc.stdout[-3000:]
+    for row in errs:
+        assert row["error"] in ("HpcclTimeoutError", "HpcclRemoteError"), row
+        assert row["seconds"] < 2 + 2, row
+        if row["error"] == "HpcclTimeoutError":
+            assert row["missing"] == [n - 1], row
+
+
+@pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi"])
+def test_abort_reaches_every_peer_naming_the_failed_rank(layout):
+    """A rank that fails between collectives: every peer inside the next one fails within a second (not
+    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI, and through hier's steps."""
+    env = {"HPCCL_TIMEOUT": "30"}
+    if layout == "mpi":
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
+    elif layout == "hier-mpi":
+        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET="mpi")
+    n = 4
+    proc = run_mpi(n, ["tests/scripts/abort_peer.py"], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rows = [row for row in results(proc.stdout) if row["rank"] != n - 1]
+    assert len(rows) == n - 1, proc.stdout[-3000:]
+    for row in rows:
+        assert row["error"] == "HpcclRemoteError" and row["code"] == 8, row
+        assert f"rank {n - 1} failed" in row["message"] and "all_reduce #2" in row["message"], row
+        assert row["seconds"] < 0.3 + 1.0, row  # the failing rank aborts 0.3 s into the collective
+    assert shm_leftovers() == []
 
 
 def test_killed_rank_leaves_no_shared_memory():

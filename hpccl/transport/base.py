@@ -70,8 +70,12 @@ class Transport(ABC):
         """A peer that aborted the communicator, if this transport can see one."""
         return None
 
-    def abort(self) -> None:
-        """Tell peers this rank gave up, so they fail fast instead of waiting for the timeout."""
+    def survey(self, peers: List[int], seconds: float) -> None:
+        """At a timeout, learn (for arrived()) which collective peers this transport cannot see are in."""
+
+    def abort(self, origin: int) -> None:
+        """Tell peers rank ``origin`` failed (this rank, or the one whose abort it passes on), so they fail
+        fast instead of waiting for the timeout."""
 
     @abstractmethod
     def close(self) -> None:

@@ -326,12 +326,12 @@ class ShmTransport(Transport):
     def peer_aborted(self) -> Optional[int]:
         for r, seg in self._segs.items():
             if r != self.rank and seg.q[_I_ABORT]:
-                return r
+                return int(seg.q[_I_ABORT]) - 1  # the rank that failed first
         return None
 
-    def abort(self) -> None:
+    def abort(self, origin: int) -> None:
         if self.rank in self._segs:
-            self._segs[self.rank].q[_I_ABORT] = 1
+            self._segs[self.rank].q[_I_ABORT] = origin + 1
 
     def close(self) -> None:
         self._unlink()

@@ -324,7 +324,7 @@ class UcxTransport(Transport):
         return HpcclSystemError(text)
 
     # ----- life cycle --------------------------------------------------------------------------------
-    def abort(self) -> None:
+    def abort(self, origin: int) -> None:
         pass  # peers see closed endpoints (with error handling) or time out naming this rank (issue 11)
 
     def close(self) -> None:
