@@ -1,5 +1,5 @@
 """torch.distributed backend "hpccl": ``import hpccl.torch`` registers it, then
-``torch.distributed.init_process_group("hpccl")`` (or "cpu:gloo,cuda:hpccl") runs torch's collectives,
+``torch.distributed.init_process_group("hpccl")`` runs torch's collectives,
 DDP and FSDP included, on hpccl communicators, for CPU and CUDA tensors.
 
 Bootstrap (HPCCL_BOOTSTRAP): under mpiexec or srun, MPI (mpi4py), with torch's rank equal to the MPI rank
