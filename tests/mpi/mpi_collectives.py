@@ -266,8 +266,18 @@ def test_torch_cpu_tensors(comm):
 
 
 def test_barrier(comm):
+    """No rank leaves a barrier before the last one entered it (one machine: one clock for all ranks)."""
+    import time
     for _ in range(20):
         comm.barrier()
+    for late in range(min(comm.size, 3)):
+        if comm.rank == late:
+            time.sleep(0.2)
+        entered = time.time()
+        comm.barrier()
+        left = time.time()
+        times = comm.all_gather(np.array([entered, left]))
+        assert times[:, 1].min() >= times[:, 0].max(), (late, times)  # shape (size, 2)
 
 
 def test_transport_choice_follows_configuration(comm):
