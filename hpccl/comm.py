@@ -91,7 +91,7 @@ class Communicator:
             spin = min(spin, 50)  # oversubscribed: a spinning rank would burn the core its peer needs
         self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), spin,
                               [q for q in range(self.size) if q != self.rank], self._arrived, self._peer_aborted,
-                              self._on_fail, self._survey)
+                              self._on_fail, self._survey, self._dead_peer)
         self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
         if window is not None:  # single-copy algorithms only if every rank can read its peers
             want = config.get("HPCCL_SINGLE_COPY") and shm.cma_ok
@@ -154,6 +154,13 @@ class Communicator:
             s = t.arrived(peer)
             if s is not None:
                 return s
+        return None
+
+    def _dead_peer(self) -> Optional[Tuple[int, str]]:
+        for t in self._transports:
+            d = t.dead_peer()
+            if d is not None:
+                return d
         return None
 
     def _survey(self) -> bool:

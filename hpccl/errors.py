@@ -77,6 +77,11 @@ class HpcclRemoteError(HpcclError):
         self.rank, self.collective, self.seq, self.awaited = rank, collective, seq, awaited or []
 
     @classmethod
+    def died(cls, collective: str, seq: int, rank: int, how: str, awaited: List[int]) -> "HpcclRemoteError":
+        return cls(f"{collective} #{seq}: rank {rank} died ({how}); this rank was waiting on rank(s) {awaited}",
+                   rank, collective, seq, awaited)
+
+    @classmethod
     def aborted(cls, collective: str, seq: int, rank: int, awaited: List[int],
                 note: str = "") -> "HpcclRemoteError":
         return cls(f"{collective} #{seq}: rank {rank} failed and aborted the communicator (this rank was "

@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional, Union
+from typing import Callable, List, Optional, Tuple, Union
 
 Peers = Union[List[int], Callable[[], List[int]]]
 
 from .errors import HpcclRemoteError, HpcclTimeoutError
 
 YIELD_S = 2e-3  # seconds of yielding before a waiting rank starts to sleep
+DEATH_CHECK_S = 0.02  # how often a waiting rank looks for peers whose process is gone
 
 
 class Waiter:
@@ -18,11 +19,14 @@ class Waiter:
     def __init__(self, timeout: float, spin: int, ranks: List[int],
                  arrived: Callable[[int], Optional[int]],
                  peer_aborted: Callable[[], Optional[int]],
-                 on_fail: Callable[..., None], survey: Optional[Callable[[], bool]] = None) -> None:
+                 on_fail: Callable[..., None], survey: Optional[Callable[[], bool]] = None,
+                 dead_peer: Optional[Callable[[], Optional[Tuple[int, str]]]] = None) -> None:
         self.timeout, self.spin = timeout, spin
         self.ranks = ranks  # every other rank of the communicator
         self._arrived, self._peer_aborted, self._on_fail = arrived, peer_aborted, on_fail
         self._survey = survey  # at a timeout: ask peers no transport can see; True if it asked
+        self._dead_peer = dead_peer
+        self._next_death_check = 0.0
         self.collective, self.seq = "idle", 0
 
     def wait(self, ready: Callable[[], bool], peers: Peers) -> None:
@@ -48,6 +52,14 @@ class Waiter:
             self._check(start, peers)
 
     def _check(self, start: float, peers: Peers) -> None:
+        now = time.monotonic()
+        if self._dead_peer is not None and now >= self._next_death_check:
+            self._next_death_check = now + DEATH_CHECK_S
+            dead = self._dead_peer()
+            if dead is not None:
+                self._on_fail(dead[0])
+                raise HpcclRemoteError.died(self.collective, self.seq, dead[0], dead[1],
+                                            sorted(set(peers() if callable(peers) else peers)))
         bad = self._peer_aborted()
         if bad is not None:
             self._on_fail(bad)  # passed on: every rank names the rank that failed first

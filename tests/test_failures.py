@@ -83,3 +83,29 @@ def test_rank_that_never_calls_init_gives_timeout_not_hang():
     for row in rows:
         assert row["error"] == "HpcclTimeoutError" and "bootstrap init" in row["message"], row
         assert row["seconds"] < 5, row
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_dead_rank_is_named_at_once(n, tmp_path):
+    """A rank SIGKILLed inside a collective (ranks started as plain processes, so the survivors live on):
+    every survivor fails within a second (HPCCL_TIMEOUT is 30 s) naming exactly the dead rank, seen gone
+    by its pid or passed on as the abort of the rank that saw it. Nothing left in /dev/shm or running."""
+    import os
+    import subprocess
+    import sys
+    from mpirun import ROOT
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
+    env.update(HPCCL_TIMEOUT="30", SIZE=str(n), STORE_DIR=str(tmp_path),
+               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "tests/scripts/die_peer.py"], cwd=ROOT, env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert procs[-1].returncode == -9, outs[-1][-2000:]
+    rows = [row for out in outs[:-1] for row in results(out)]
+    assert len(rows) == n - 1 and all(p.returncode == 0 for p in procs[:-1]), outs
+    for row in rows:
+        assert row["error"] == "HpcclRemoteError" and row["failed"] == n - 1, row
+        assert f"rank {n - 1} " in row["message"] and "all_reduce #2" in row["message"], row
+        assert row["seconds"] < 0.3 + 1.0, row
+    assert any("died" in row["message"] for row in rows), rows
+    assert shm_leftovers() == []

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 
@@ -68,6 +68,10 @@ class Transport(ABC):
 
     def peer_aborted(self) -> Optional[int]:
         """A peer that aborted the communicator, if this transport can see one."""
+        return None
+
+    def dead_peer(self) -> Optional[Tuple[int, str]]:
+        """A peer whose process is gone, as (rank, how this transport knows), if this transport can tell."""
         return None
 
     def survey(self, peers: List[int], seconds: float) -> None:

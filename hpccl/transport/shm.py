@@ -13,7 +13,7 @@ import mmap
 import os
 import secrets
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Set
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -240,6 +240,23 @@ class ShmWindow(Window):
             wait(ready, [r for r, q in peers if q[_I_BARRIER] < gen])
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (dead, not yet reaped by its launcher)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no procfs: existence is all we can tell
+
+
 class ShmTransport(Transport):
     """Shared-memory transport among the ranks of one node (``ranks`` are communicator ranks)."""
 
@@ -271,6 +288,7 @@ class ShmTransport(Transport):
         finally:
             self._unlink()
         self.cma_ok = self._probe_cma()
+        self._pids = {r: int(s.q[_I_PID]) for r, s in self._segs.items() if r != rank and _alive(int(s.q[_I_PID]))}
         self._in = {r: _Channel(self._segs[rank], self._lay, self.ranks.index(r)) for r in self.ranks}
         self._out = {r: _Channel(self._segs[r], self._lay, self.local) for r in self.ranks}
         self._window = ShmWindow(self)
@@ -322,6 +340,14 @@ class ShmTransport(Transport):
     def arrived(self, peer: int) -> Optional[int]:
         seg = self._segs.get(peer)
         return None if seg is None else seg.q[_I_ARRIVED]
+
+    def dead_peer(self) -> Optional[Tuple[int, str]]:
+        """A local peer whose process no longer exists (or is a zombie): a dead rank is named at once, not
+        after HPCCL_TIMEOUT. Peers whose pid this process cannot see (another pid namespace) are skipped."""
+        for r, pid in self._pids.items():
+            if not _alive(pid):
+                return r, f"its process {pid} on this node exited"
+        return None
 
     def peer_aborted(self) -> Optional[int]:
         for r, seg in self._segs.items():
