@@ -31,7 +31,7 @@ from .topology import NodeMap, detect_nodes
 from .topology.nodes import node_name
 from .transport.base import Transport
 from .transport.mpi import MpiTransport
-from .transport.shm import ShmTransport
+from .transport.shm import ShmTransport, ordering_problem
 
 OpLike = Union[ReduceOp, str]
 FIRED = object()  # the device fast path replayed the call
@@ -74,6 +74,16 @@ class Communicator:
         self._transports: List[Transport] = []
         tag = self._boot.bcast(ShmTransport.new_tag() if self.rank == 0 else None)
         shm = None
+        problem = ordering_problem() if self.local_size > 1 and force != "mpi" else None
+        if problem is not None:
+            if force == "shm":
+                raise HpcclUnsupported(f"HPCCL_TRANSPORT=shm: {problem}")
+            if self.local_rank == 0:
+                log.warn("TRANSPORT", "%s", problem)
+            force = "mpi"
+            self._boot.barrier()  # keep ShmTransport's two set-up barriers matched across nodes
+            self._boot.barrier()
+        self._force_mpi = force == "mpi"
         if force != "mpi" and self.local_size > 1:
             shm = ShmTransport(self._boot, self.rank, local, f"{tag}-n{self.node}")
             self._transports.append(shm)
@@ -112,7 +122,7 @@ class Communicator:
     def _net_transport(self) -> Optional[Transport]:
         """The transport to ranks that shared memory does not reach: None on one node (unless
         HPCCL_TRANSPORT=mpi), else UCX when it loads (HPCCL_NET=ucx insists), else MPI."""
-        if self.num_nodes == 1 and config.get("HPCCL_TRANSPORT") != "mpi":
+        if self.num_nodes == 1 and not self._force_mpi:
             return None
         t = self._new_net_transport()
         self._transports.append(t)

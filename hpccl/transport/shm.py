@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import mmap
 import os
+import platform
 import secrets
 from collections import deque
 from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
@@ -238,6 +239,21 @@ class ShmWindow(Window):
 
         if not ready():
             wait(ready, [r for r, q in peers if q[_I_BARRIER] < gen])
+
+
+TSO_MACHINES = ("x86_64", "amd64", "i386", "i686")
+
+
+def ordering_problem() -> Optional[str]:
+    """Why this CPU cannot run the shared-memory flag protocol, or None. The protocol publishes data, then
+    a counter, with plain stores, and relies on x86-64's total store order; on weaker orders (aarch64,
+    ppc64le) a peer could see the counter before the data, so hpccl refuses rather than risk wrong
+    results until fenced stores are in place."""
+    machine = platform.machine().lower()
+    if machine in TSO_MACHINES:
+        return None
+    return (f"the shared-memory transport relies on x86-64's total store order and this CPU is "
+            f"{platform.machine() or 'unknown'}; its peers on this node use MPI instead")
 
 
 def _alive(pid: int) -> bool:
