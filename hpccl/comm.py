@@ -155,8 +155,9 @@ class Communicator:
             from .envcheck import check_environment
         except ImportError:
             return
-        need = shm.segment_bytes * self.local_size if shm is not None else 0
-        for msg in check_environment(need, self.local_size, False):
+        need = shm.segment_bytes if shm is not None else 0  # per rank: check_shm multiplies by local_size
+        use_ucx = any(t.name == "ucx" for t in self._transports)
+        for msg in check_environment(need, self.local_size, False, use_ucx=use_ucx):
             log.warn("ENV", "%s", msg)
 
     def _arrived(self, peer: int) -> Optional[int]:

@@ -45,7 +45,8 @@ def _param(name: str, default: Any, parse: Callable[[str], Any], doc: str,
     PARAMS[name] = Param(name, default, parse, doc, choices)
 
 
-_param("HPCCL_DEBUG", "WARN", str.upper, "Log level: WARN, INFO or TRACE (rank-prefixed, to stderr).",
+_param("HPCCL_DEBUG", "WARN", str.upper, "Log level: WARN, INFO or TRACE; when set, hpccl also prints its records (rank-prefixed) to stderr, "
+       "else they go to the Python logger 'hpccl' only.",
        ("WARN", "INFO", "TRACE"))
 _param("HPCCL_DEBUG_SUBSYS", "ALL", str.upper,
        "Comma list of subsystems to log: INIT, COLL, TUNING, TRANSPORT, ENV, or ALL.")

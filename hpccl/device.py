@@ -44,6 +44,10 @@ class DeviceSide:
         self._transport: Any = None
         if comm.num_nodes == 1:
             from .cuda_comm import CudaComm
+            if config.get("HPCCL_CHECK_ENV") and comm.local_rank == 0 and comm.parent_ranks is None:
+                from .envcheck import check_gpu_peer_access, check_memlock
+                for msg in check_gpu_peer_access(comm.local_size, cupy) + check_memlock():
+                    log.warn("ENV", "%s", msg)  # once per node, before the peer mappings are made
             self.engine = CudaComm(comm, device)
         else:
             self._setup_network(comm, cupy)

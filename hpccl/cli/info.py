@@ -62,7 +62,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         gpu_network = a.gpu_network or (gpus and comm.num_nodes > 1)
         if gpu_network:
             say(f"  network: {describe_gpudirect()}")
-        for msg in check_environment(0, comm.local_size, False, gpu_network=gpu_network):
+        from hpccl.transport.shm import ShmTransport
+        need = ShmTransport.segment_size(comm.local_size) if comm.local_size > 1 else 0
+        for msg in check_environment(need, comm.local_size, gpus, gpu_network=gpu_network):
             say(f"  environment: {msg}")
     except ImportError:
         pass

@@ -323,6 +323,12 @@ class ShmTransport(Transport):
         return why is None
 
     @staticmethod
+    def segment_size(nlocal: int) -> int:
+        """Bytes of one rank's segment for ``nlocal`` ranks on the node, with the configured slots."""
+        window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
+        return _Layout(nlocal, config.get("HPCCL_SHM_SLOTS"), config.get("HPCCL_SHM_SLOT_SIZE"), window).total
+
+    @staticmethod
     def new_tag() -> str:
         return secrets.token_hex(6)
 
