@@ -30,3 +30,12 @@ def test_info_reports_a_shm_shortfall():
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("environment:")]
     assert lines and "/dev/shm" in lines[0] and "2 local rank(s)" in lines[0], proc.stdout[-3000:]
+
+
+def test_readme_shm_figures_match_the_layout():
+    """The README's /dev/shm figures (per rank at 4 ranks, per node at 4 and 8) are the layout's."""
+    from pathlib import Path
+    from hpccl.transport.shm import ShmTransport
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    mib = lambda n: round(ShmTransport.segment_size(n) / 2**20)  # noqa: E731
+    assert f"{mib(4)} MiB per rank and {4 * mib(4)} MiB for 4 ranks, {8 * mib(8)} MiB for 8" in readme
