@@ -213,6 +213,32 @@ class Communicator:
         finally:
             self._boot.release(sub)
 
+    def shrink(self, exclude: Sequence[int]) -> "Communicator":
+        """A new communicator of every rank not in ``exclude`` (renumbered in order), like ncclCommShrink:
+        built with no collective over the excluded ranks, so it works while they are stopped, hung or
+        gone. Every surviving rank calls it with the same list; allowed on an aborted communicator (the
+        usual way on after a failure). This communicator stays aborted or usable as it was: destroy it."""
+        if self._destroyed:
+            raise HpcclInvalidUsage("shrink called on a destroyed communicator")
+        try:
+            ex = sorted({int(r) for r in exclude})
+        except (TypeError, ValueError):
+            raise HpcclInvalidArgument("exclude", f"{exclude!r} is not a list of ranks") from None
+        for r in ex:
+            self._rank_arg(r, "exclude")
+        if self.rank in ex:
+            raise HpcclInvalidArgument("exclude", f"names this rank ({self.rank}); an excluded rank does not call shrink")
+        sub = self._boot.shrink(ex)
+        try:
+            return Communicator(sub, node_id=self._node_override)
+        finally:
+            self._boot.release(sub)
+
+    def revoke(self) -> None:
+        """Stop this communicator's work everywhere: mark it failed and tell every peer (their waits raise
+        HpcclRemoteError naming this rank), so that shrink or destroy can follow safely."""
+        self.abort()
+
     def synchronize(self) -> None:
         """Wait for this rank's GPU work on this communicator (kernels and network steps), then raise the
         first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing."""

@@ -109,3 +109,25 @@ def test_dead_rank_is_named_at_once(n, tmp_path):
         assert row["seconds"] < 0.3 + 1.0, row
     assert any("died" in row["message"] for row in rows), rows
     assert shm_leftovers() == []
+
+
+@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi")])
+def test_shrink_after_a_stopped_rank(n, layout):
+    """The last rank is SIGSTOPped: the others fail within HPCCL_TIMEOUT (+ the MPI survey) naming it (or
+    the abort of the survivor that timed out first), shrink it away with no collective over it, and run
+    20 checked collectives on the survivors; the stopped rank is resumed and finishes normally."""
+    env = {"HPCCL_TIMEOUT": "2"}
+    if layout == "mpi":
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
+    proc = run_mpi(n, ["tests/scripts/shrink_after_stop.py"], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rows = {row["rank"]: row for row in results(proc.stdout)}
+    assert sorted(rows) == list(range(n)) and rows[n - 1].get("resumed"), proc.stdout[-3000:]
+    for r in range(n - 1):
+        row = rows[r]
+        assert row["error"] in ("HpcclTimeoutError", "HpcclRemoteError"), row
+        if row["error"] == "HpcclTimeoutError":
+            assert row["missing"] == [n - 1], row
+        assert row["seconds"] < 2 + 1.5, row
+        assert row["new_size"] == n - 1 and row["new_rank"] == r and row["good"] == 20, row
+    assert shm_leftovers() == []

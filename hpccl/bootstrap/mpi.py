@@ -11,6 +11,7 @@ from .. import config
 from ..errors import HpcclInvalidArgument, HpcclSystemError, HpcclTimeoutError
 
 _TAG_UP, _TAG_DOWN = 101, 102
+_TAG_SHRINK_UP, _TAG_SHRINK_DOWN = 103, 104
 
 
 def _mpi():
@@ -96,6 +97,43 @@ class MpiBootstrap:
         group = self.comm.Get_group().Incl([r for _, r in members])
         try:
             return self.comm.Create_group(group, tag=c % 32000)
+        finally:
+            group.Free()
+
+    def shrink(self, exclude: List[int]) -> Any:
+        """A raw MPI communicator of every rank not in ``exclude``, built without any MPI call that
+        includes the excluded ones: the survivors first agree on the list through the lowest of them
+        (point to point, timed, naming survivors that never come), then MPI_Comm_create_group over them."""
+        MPI = _mpi()
+        survivors = [r for r in range(self.size) if r not in exclude]
+        leader, c = survivors[0], self.comm
+        self._seq += 1
+        if self.rank == leader:
+            got: Dict[int, Any] = {leader: list(exclude)}
+
+            def all_in() -> bool:
+                for src in survivors:
+                    if src not in got and c.iprobe(source=src, tag=_TAG_SHRINK_UP):
+                        got[src] = c.recv(source=src, tag=_TAG_SHRINK_UP)
+                return len(got) == len(survivors)
+            self._poll(all_in, "shrink", lambda: [r for r in survivors if r not in got],
+                       "a surviving rank did not call shrink")
+            differ = sorted(r for r, ex in got.items() if ex != list(exclude))
+            verdict = None if not differ else (f"ranks {differ} excluded {[got[r] for r in differ]}, rank {leader} "
+                                               f"excluded {list(exclude)}")
+            reqs = [c.isend(verdict, dest=r, tag=_TAG_SHRINK_DOWN) for r in survivors if r != leader]
+            self._poll(lambda: all(q.Test() for q in reqs), "shrink", None, "a surviving rank stopped receiving")
+        else:
+            req = c.isend(list(exclude), dest=leader, tag=_TAG_SHRINK_UP)
+            self._poll(lambda: c.iprobe(source=leader, tag=_TAG_SHRINK_DOWN), "shrink", lambda: [leader],
+                       f"rank {leader} gathers the survivors' lists; it or another survivor has not arrived")
+            verdict = c.recv(source=leader, tag=_TAG_SHRINK_DOWN)
+            req.Wait()
+        if verdict is not None:
+            raise HpcclInvalidArgument("exclude", f"the surviving ranks disagree on whom to exclude: {verdict}")
+        group = c.Get_group().Incl(survivors)
+        try:
+            return c.Create_group(group, tag=(1000 + self._seq) % 32000)
         finally:
             group.Free()
 

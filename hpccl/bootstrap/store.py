@@ -10,7 +10,7 @@ import time
 from typing import Any, List, Optional
 
 from .. import config
-from ..errors import HpcclTimeoutError
+from ..errors import HpcclInvalidArgument, HpcclTimeoutError
 
 
 class StoreBootstrap:
@@ -58,6 +58,19 @@ class StoreBootstrap:
         members = [r for _, r in sorted((k, r) for r, (col, k) in enumerate(table) if col == c)]
         return StoreBootstrap(self.store, members.index(self.rank), len(members),
                               f"{self.prefix}/s{self._seq}c{c}", self.world_rank)
+
+    def shrink(self, exclude: List[int]) -> "StoreBootstrap":
+        """A bootstrap of every rank not in ``exclude`` under a prefix of its own; the excluded ranks
+        take no part (their keys are never awaited)."""
+        survivors = [r for r in range(self.size) if r not in exclude]
+        self._seq += 1
+        tag = "-".join(str(r) for r in exclude) or "none"
+        sub = StoreBootstrap(self.store, survivors.index(self.rank), len(survivors),
+                             f"{self.prefix}/shrink{self._seq}x{tag}", self.world_rank)
+        lists = sub.allgather(list(exclude), "shrink")
+        if any(ex != list(exclude) for ex in lists):
+            raise HpcclInvalidArgument("exclude", f"the surviving ranks disagree on whom to exclude: {lists}")
+        return sub
 
     @staticmethod
     def release(sub: Any) -> None:
