@@ -1,13 +1,15 @@
 """Shared test helpers: launching a script or a pytest file under mpiexec with a bound on its time,
-reading the records scripts print, and checking /dev/shm."""
+reading the records scripts print, reading a pytest sub-suite's summary (its skips reach the top-level
+run's summary through tests/conftest.py), and checking /dev/shm."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import pytest
 
@@ -67,3 +69,73 @@ def results(stdout: str) -> List[dict]:
         out.append(obj)
         i = stdout.find("RESULT ", end)
     return out
+
+
+# A pytest sub-suite run under mpiexec (every rank runs the same tests). -rs: every skip's reason is printed
+# ("SKIPPED [n] file:line: reason"), which check_sub_suite reads back.
+PYTEST_MPI_ARGS = ["-m", "pytest", "-q", "-rs", "-x", "-p", "no:cacheprovider", "-o", "python_files=mpi_*.py"]
+
+SUB_SUITE_PROPERTY = "sub_suite"  # the user_properties name tests/conftest.py reports from
+_pending: List[dict] = []  # recorded during a test; tests/conftest.py moves them onto the test's report
+
+_OUTCOMES = r"(?:passed|failed|skipped|errors?|xfailed|xpassed|warnings?|deselected|rerun)"
+_SUMMARY = re.compile(rf"((?:\d+ {_OUTCOMES}, )*\d+ {_OUTCOMES}) in \d+(?:\.\d+)?s")
+_SKIP = re.compile(r"SKIPPED \[(\d+)\] (\S+?:\d+): (.*)")
+
+
+def parse_pytest_summary(text: str) -> Tuple[List[Dict[str, int]], List[Tuple[int, str, str]]]:
+    """Every final summary line of a pytest run ("9 passed, 1 skipped in 0.98s": one per rank under
+    mpiexec, lines of ranks may interleave) as {outcome: count}, and the skips its -rs lines give as
+    (count, 'file:line', reason), de-duplicated across ranks (each rank prints its own: the largest count)."""
+    summaries = []
+    for m in _SUMMARY.finditer(text):
+        counts: Dict[str, int] = {}
+        for part in m.group(1).split(", "):
+            k, word = part.split(" ")
+            word = {"error": "errors", "warning": "warnings"}.get(word, word)
+            counts[word] = counts.get(word, 0) + int(k)
+        summaries.append(counts)
+    skips: Dict[Tuple[str, str], int] = {}
+    for line in text.splitlines():
+        m = _SKIP.search(line)
+        if m:
+            key = (m.group(2), m.group(3).strip())
+            skips[key] = max(skips.get(key, 0), int(m.group(1)))
+    return summaries, [(n, where, reason) for (where, reason), n in sorted(skips.items())]
+
+
+def record_sub_suite(suite: str, ran: int, skipped: int, skips: Sequence[Tuple[int, str, str]],
+                     passed: Optional[int] = None) -> None:
+    """Put a sub-suite's skips (count, where, reason) in the top-level run's summary (tests/conftest.py's
+    "sub-suite skips" section), on the report of the test that calls this."""
+    _pending.append(dict(suite=suite, ran=ran, passed=ran - skipped if passed is None else passed,
+                         skipped=skipped, skips=[list(s) for s in skips]))
+
+
+def check_sub_suite(proc: subprocess.CompletedProcess, suite: str, ranks: int = 1) -> dict:
+    """Check a pytest sub-suite's run (stdout and stderr merged, as run_mpi gives): it exited 0, no rank
+    reports a failure or an error, and at least one test ran and passed; its skips, with their reasons,
+    are recorded for the top-level summary. Returns what was recorded."""
+    out = proc.stdout
+    assert proc.returncode == 0, out[-6000:]
+    summaries, skips = parse_pytest_summary(out)
+    assert summaries, f"{suite}: no pytest summary line in its output\n" + out[-3000:]
+    assert len(summaries) <= ranks, f"{suite}: {len(summaries)} summaries from {ranks} ranks\n" + out[-3000:]
+    for key in ("failed", "errors", "xpassed"):
+        assert not any(s.get(key) for s in summaries), f"{suite}: {key} in {summaries}\n" + out[-6000:]
+    passed = min(s.get("passed", 0) for s in summaries)  # every rank ran the same tests
+    skipped = max(s.get("skipped", 0) for s in summaries)
+    assert passed > 0, f"{suite}: no test passed ({summaries})\n" + out[-3000:]
+    described = sum(n for n, _, _ in skips)
+    if described < skipped:  # a reason line lost in the ranks' interleaved output
+        skips.append((skipped - described, "?", "(no reason line read from the output)"))
+    record_sub_suite(suite, passed + skipped, skipped, skips, passed=passed)
+    return _pending[-1]
+
+
+def run_pytest_mpi(n: int, paths: List[str], suite: str, env: Optional[Dict[str, str]] = None,
+                   timeout: float = 900, extra: Sequence[str] = ()) -> dict:
+    """Run pytest on paths on n ranks (PYTEST_MPI_ARGS), check the run (check_sub_suite) and return its
+    summary: passed, skipped, skips."""
+    proc = run_mpi(n, PYTEST_MPI_ARGS + list(extra) + list(paths), env=env, timeout=timeout)
+    return check_sub_suite(proc, suite, ranks=n)
