@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from nethosts import ROOT, Hosts, ensure_iproute2, ensure_ucxx, run_on_hosts
+from mpirun import PYTEST_MPI_ARGS, check_sub_suite
 
 LAYOUTS = [(2, 2), (3, 1)]  # (hosts, ranks per host)
 
@@ -61,12 +62,9 @@ def test_ranks_see_separate_nodes_and_talk_over_ucx(hosts, nhosts, per):
 def test_every_collective_and_dtype_against_numpy(hosts, nhosts, per):
     """The shared multi-rank suite (every collective x dtype x op x algorithm, 'hier' included) across hosts."""
     before = hosts.bytes()
-    proc = run_on_hosts(hosts, nhosts * per, per,
-                        ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-                         "-o", "python_files=mpi_*.py", "tests/mpi/mpi_collectives.py"],
+    proc = run_on_hosts(hosts, nhosts * per, per, PYTEST_MPI_ARGS + ["tests/mpi/mpi_collectives.py"],
                         env={"PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'net'}"}, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-6000:]
-    assert " passed" in proc.stdout and " failed" not in proc.stdout, proc.stdout[-3000:]
+    check_sub_suite(proc, f"tests/mpi/mpi_collectives.py, {nhosts} hosts x {per}", ranks=nhosts * per)
     moved = _delta(before, hosts.bytes(), hosts.names[:nhosts])
     for h, d in moved.items():
         assert d["tx"] > 100_000 and d["rx"] > 100_000, (h, moved)
