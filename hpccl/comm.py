@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from . import config, log
+from . import check, config, log
 from .algorithms import ALGORITHMS, Layout, eligible
 from .algorithms import hier
 from .bootstrap import MpiBootstrap, StoreBootstrap
@@ -35,6 +35,7 @@ from .transport.shm import ShmTransport, ordering_problem
 
 OpLike = Union[ReduceOp, str]
 FIRED = object()  # the device fast path replayed the call
+_P2P = ("send", "recv", "group(send/recv)")  # ranks legitimately call different ones: not checked
 SURVEY_S = 0.5  # how long a timed-out rank waits for its peers' answers to "which collective are you in?"
 
 
@@ -60,6 +61,7 @@ class Communicator:
         self.cuda_device: Optional[int] = None  # a sub-communicator's GPU: its parent's, not its own guess
         self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
+        self._check_calls = config.get("HPCCL_CHECK")
 
         names = self._boot.allgather(node_name(self._boot.world_rank, node_id))
         self.nodes: NodeMap = detect_nodes(names)
@@ -356,6 +358,10 @@ class Communicator:
         for t in self._transports:
             t.announce(self._seq)
         try:
+            if self._check_calls and call.coll not in _P2P:
+                self._waiter.collective = f"HPCCL_CHECK before {call.coll}"
+                check.agree(self, call)
+                self._waiter.collective = call.coll
             if call.fn is not Communicator._collective:
                 call.fn(self, call)
             elif call.mem is host:
@@ -470,7 +476,7 @@ class Communicator:
         """A repeated single-node device call replays its launch snapshot (returns FIRED when it did) or
         returns the key to snapshot this call under; host buffers and groups never take this path."""
         eng = self._dev.engine
-        if eng is None or self._group is not None:
+        if eng is None or self._group is not None or self._check_calls:
             return None
         key = eng.fast_key(coll, sendbuf, recvbuf, op, root, stream)
         if key is not None and eng.fire(key):

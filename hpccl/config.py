@@ -75,6 +75,9 @@ _param("HPCCL_NODE_ID", "", str,
        "Override node detection: ranks with the same value share a node (for tests and odd systems).")
 _param("HPCCL_TUNING_FILE", "", str,
        "JSON file of measured alpha/beta per transport that replaces the cost model's built-in table.")
+_param("HPCCL_CHECK", False, _bool,
+       "Before every collective the ranks agree on (collective, bytes, dtype, op, root, memory kind); a "
+       "mismatch raises on every rank naming the ranks that differ (one small exchange per call).")
 _param("HPCCL_CHECK_ENV", True, _bool,
        "Check /dev/shm size, memlock and GPU peer access at init and say what to fix.")
 _param("HPCCL_CUDA_BUFFER_SIZE", 64 << 20, _size,

@@ -131,3 +131,33 @@ def test_shrink_after_a_stopped_rank(n, layout):
         assert row["seconds"] < 2 + 1.5, row
         assert row["new_size"] == n - 1 and row["new_rank"] == r and row["good"] == 20, row
     assert shm_leftovers() == []
+
+
+@pytest.mark.parametrize("layout", ["shm", "mpi"])
+def test_desync_is_named_on_every_rank(layout):
+    """HPCCL_CHECK=1: checked calls run as usual; when one rank calls all_gather while the others call
+    all_reduce, every rank raises HpcclInvalidUsage at once naming both groups of ranks and their calls."""
+    env = {"HPCCL_CHECK": "1", "HPCCL_TIMEOUT": "20"}
+    if layout == "mpi":
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
+    n = 3
+    proc = run_mpi(n, ["tests/scripts/desync.py"], env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    rows = results(proc.stdout)
+    assert len(rows) == n, proc.stdout[-3000:]
+    for row in rows:
+        assert row["ok"] and row["error"] == "HpcclInvalidUsage", row
+        assert "rank(s) [0, 1]: all_reduce 400 B float32 sum" in row["message"], row
+        assert "rank(s) [2]: all_gather 300 B float32" in row["message"], row
+        assert row["seconds"] < 5, row
+
+
+def test_check_signatures_unit():
+    import numpy as np
+    from hpccl import check
+    same = np.array([[0, 400, 8, 0, -1, 0]] * 3)
+    assert check.disagreement(same) == []
+    diff = same.copy()
+    diff[1, 4] = 2  # a different root
+    got = check.disagreement(diff)
+    assert [g[0] for g in got] == [[0, 2], [1]] and "root 2" in got[1][1] and "root" not in got[0][1]

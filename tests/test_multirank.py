@@ -15,6 +15,7 @@ CASES = [
     (4, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:2"}, "collectives-2nodes-x2"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:1"}, "collectives-3nodes-x1"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
+    (3, "tests/mpi/mpi_collectives.py", {"HPCCL_CHECK": "1"}, "collectives-checked-3"),  # no false alarm
     *[(n, "tests/mpi/mpi_errors.py", {}, f"errors-{n}") for n in (1, 2, 3, 4)],
     *[(n, "tests/mpi/mpi_large.py", {}, f"large-{n}") for n in (2, 4)],
     *[(n, "tests/mpi/mpi_split.py", {}, f"split-{n}") for n in (2, 3, 4)],
