@@ -27,6 +27,7 @@ from .memory import host
 from .ops import AVG, SUM, ReduceOp, as_op, check_op_dtype
 from .primitives import Primitives
 from .progress import Waiter
+from .recorder import Recorder
 from .topology import NodeMap, detect_nodes
 from .topology.nodes import node_name
 from .transport.base import Transport
@@ -75,6 +76,7 @@ class Communicator:
             raise HpcclInvalidArgument("HPCCL_TRANSPORT", f"{force!r} is not shm or mpi")
         self._transports: List[Transport] = []
         tag = self._boot.bcast(ShmTransport.new_tag() if self.rank == 0 else None)
+        self._rec = Recorder(tag, self.rank, self.size, self._boot.world_rank)
         shm = None
         problem = ordering_problem() if self.local_size > 1 and force != "mpi" else None
         if problem is not None:
@@ -255,6 +257,8 @@ class Communicator:
         they stop waiting; ``origin`` is the rank whose failure this passes on (default: this rank)."""
         if not self._aborted:
             self._aborted = True
+            self._rec.dump(f"abort in {self._waiter.collective} #{self._seq}"
+                           + ("" if origin is None or origin == self.rank else f", passed on from rank {origin}"))
             if self._dev is not None and self._dev.engine is not None:
                 self._dev.engine._live = False  # no more replays of launch snapshots
             for t in self._transports:
@@ -357,6 +361,7 @@ class Communicator:
         self._waiter.collective, self._waiter.seq = call.coll, self._seq
         for t in self._transports:
             t.announce(self._seq)
+        rec = self._rec.start(self._seq, call.coll, call.nbytes, call.mem.kind)
         try:
             if self._check_calls and call.coll not in _P2P:
                 self._waiter.collective = f"HPCCL_CHECK before {call.coll}"
@@ -370,8 +375,10 @@ class Communicator:
                 self._run_device(call)
         except HpcclError as exc:
             exc = self._as_call(self._in_parent(exc), call.coll)
+            self._rec.end(rec, f"failed: {type(exc).__name__}")
             self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
             raise exc from None
+        self._rec.end(rec, "done" if call.mem is host else "enqueued")
 
     def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
         """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step."""
@@ -405,6 +412,7 @@ class Communicator:
 
     def _choose(self, coll: str, nbytes: int, kind: str) -> str:
         algo = self._tuner.choose(coll, nbytes, self.algorithms(coll, kind), kind)
+        self._rec.algo(algo)
         if self._trace:
             log.trace("COLL", "%s #%d %d B %s algo %s", coll, self._seq, nbytes, kind, algo)
         return algo

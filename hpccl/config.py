@@ -75,6 +75,10 @@ _param("HPCCL_NODE_ID", "", str,
        "Override node detection: ranks with the same value share a node (for tests and odd systems).")
 _param("HPCCL_TUNING_FILE", "", str,
        "JSON file of measured alpha/beta per transport that replaces the cost model's built-in table.")
+_param("HPCCL_DUMP_DIR", "", str,
+       "Flight recorder: a directory for one JSON per rank of each communicator's last calls, written on "
+       "a timeout, an abort or SIGUSR1 (read them with hpccl-info --analyze DIR). Empty: no dumps.")
+_param("HPCCL_RECORD_CALLS", 128, int, "How many recent calls each communicator's flight recorder keeps.")
 _param("HPCCL_CHECK", False, _bool,
        "Before every collective the ranks agree on (collective, bytes, dtype, op, root, memory kind); a "
        "mismatch raises on every rank naming the ranks that differ (one small exchange per call).")

@@ -161,3 +161,25 @@ def test_check_signatures_unit():
     diff[1, 4] = 2  # a different root
     got = check.disagreement(diff)
     assert [g[0] for g in got] == [[0, 2], [1]] and "root 2" in got[1][1] and "root" not in got[0][1]
+
+
+def test_flight_recorder_dumps_and_analysis(tmp_path):
+    """HPCCL_DUMP_DIR: every rank that times out dumps on its abort, the stuck rank dumps on SIGUSR1, and
+    hpccl-info --analyze names the rank that stopped before the call the others are in."""
+    import json
+    import subprocess
+    import sys
+    proc = run_mpi(4, ["tests/scripts/flight_recorder.py"], env={"HPCCL_TIMEOUT": "2",
+                                                                "HPCCL_DUMP_DIR": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    dumps = sorted(tmp_path.glob("hpccl-*-rank*.json"))
+    assert len(dumps) == 4, (dumps, proc.stdout[-2000:])
+    by_rank = {d["rank"]: d for d in (json.loads(p.read_text()) for p in dumps)}
+    assert by_rank[3]["reason"] == "SIGUSR1" and [c["seq"] for c in by_rank[3]["calls"]] == [1, 2]
+    for r in range(3):
+        last = by_rank[r]["calls"][-1]
+        assert last["seq"] == 3 and last["collective"] == "all_reduce" and last["state"] == "running", last
+        assert by_rank[r]["calls"][0]["state"] == "done" and by_rank[r]["calls"][0]["algorithm"], by_rank[r]
+    out = subprocess.run([sys.executable, "-m", "hpccl.cli.info", "--analyze", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "4 of 4 ranks dumped" in out and "ranks [0, 1, 2] reached all_reduce #3; ranks [3] stopped before it" in out, out

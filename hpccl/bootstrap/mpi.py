@@ -104,7 +104,6 @@ class MpiBootstrap:
         """A raw MPI communicator of every rank not in ``exclude``, built without any MPI call that
         includes the excluded ones: the survivors first agree on the list through the lowest of them
         (point to point, timed, naming survivors that never come), then MPI_Comm_create_group over them."""
-        MPI = _mpi()
         survivors = [r for r in range(self.size) if r not in exclude]
         leader, c = survivors[0], self.comm
         self._seq += 1

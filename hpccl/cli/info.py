@@ -26,7 +26,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--gpu-network", action="store_true",
                    help="check GPU-Direct RDMA between nodes even when the job has one node or no GPU "
                         "is visible (it is checked anyway when GPUs are visible and nodes > 1)")
+    p.add_argument("--analyze", metavar="DIR",
+                   help="read the flight-recorder dumps in DIR (HPCCL_DUMP_DIR of a failed job) and say "
+                        "where each rank stopped; needs no MPI")
     a = p.parse_args(argv)
+    if a.analyze:
+        from hpccl.recorder import analyze
+        print("\n".join(analyze(a.analyze)), flush=True)
+        return 0
     import hpccl
     from hpccl import config
     from mpi4py import MPI
