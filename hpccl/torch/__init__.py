@@ -16,6 +16,7 @@ the call.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -219,8 +220,14 @@ class HpcclProcessGroup(dist.ProcessGroup):
             self.comm.destroy()
 
     # ----- torch.distributed.split_group ------------------------------------------------------------
-    supports_splitting = True
     options = None  # no backend options: split_group copies the parent's
+
+    @property
+    def supports_splitting(self) -> bool:  # type: ignore[override]
+        """True for split_group, which this group serves. torch also asks it (in _get_split_source) when it
+        builds a group of another backend, e.g. new_group(backend="nccl"), to split that from the default
+        group; only NCCL's own groups can be split into NCCL ones, so the answer there is False."""
+        return sys._getframe(1).f_code.co_name != "_get_split_source"
 
     def eager_connect_single_device(self, device: Any) -> None:
         """init_process_group(device_id=...): the group's GPU is that one."""
