@@ -362,6 +362,7 @@ class Communicator:
         for t in self._transports:
             t.announce(self._seq)
         rec = self._rec.start(self._seq, call.coll, call.nbytes, call.mem.kind)
+        back = None if call.mem is host else _on_device(call.mem.device)
         try:
             if self._check_calls and call.coll not in _P2P:
                 self._waiter.collective = f"HPCCL_CHECK before {call.coll}"
@@ -378,6 +379,9 @@ class Communicator:
             self._rec.end(rec, f"failed: {type(exc).__name__}")
             self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
             raise exc from None
+        finally:
+            if back is not None:
+                _on_device(back)
         self._rec.end(rec, "done" if call.mem is host else "enqueued")
 
     def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
@@ -892,6 +896,19 @@ class Call:
         self.coll, self.mem, self.stream, self.nbytes, self.args = coll, mem, stream, nbytes, args
         self.op, self.finish, self.key = op, finish, key
         self.fn = fn or Communicator._collective
+
+
+def _on_device(device: int) -> Optional[int]:
+    """Make ``device`` the calling thread's current GPU (its context is the one hpccl's kernels were loaded
+    in: launching them from another GPU's context fails with CUDA_ERROR_INVALID_HANDLE); returns the GPU
+    to go back to afterwards, or None when it already was current."""
+    import cupy
+    rt = cupy.cuda.runtime
+    cur = rt.getDevice()
+    if cur == device:
+        return None
+    rt.setDevice(device)
+    return cur
 
 
 def _mpi_null() -> Any:

@@ -209,6 +209,23 @@ def test_all_to_all_v(world, scale):
     np.testing.assert_array_equal(got, want)
 
 
+def test_another_gpu_current(world):
+    """A call made while another GPU is current (torch's test suite does this) runs in the communicator's
+    GPU context (was CUDA_ERROR_INVALID_HANDLE from cuLaunchKernel) and leaves the caller's GPU current."""
+    import cupy
+    comm, dev = world
+    ndev = cupy.cuda.runtime.getDeviceCount()
+    if ndev < 2:
+        pytest.skip("needs 2 GPUs visible to the rank (the 2-GPU machine runs it)")
+    other = (dev + 1) % ndev
+    x = to_dev(np.full(1000, comm.rank + 1, np.float32), dev)
+    cupy.cuda.Device(dev).synchronize()
+    with cupy.cuda.Device(other):
+        comm.all_reduce(x)
+        assert cupy.cuda.runtime.getDevice() == other
+    np.testing.assert_array_equal(to_host(x), np.full(1000, comm.size * (comm.size + 1) / 2, np.float32))
+
+
 @pytest.mark.parametrize("nbytes", [1, 4096, 1 << 20, 40 << 20])
 def test_send_recv_group(world, nbytes):
     import cupy
