@@ -83,6 +83,8 @@ def test_rank_that_never_calls_init_gives_timeout_not_hang():
     for row in rows:
         assert row["error"] == "HpcclTimeoutError" and "bootstrap init" in row["message"], row
         assert row["seconds"] < 5, row
+    # rank 0 counts the ranks in and tells the ones that came which did not: all name rank 2
+    assert all(row["missing"] == [2] for row in rows), rows
 
 
 @pytest.mark.parametrize("n", [3, 4])

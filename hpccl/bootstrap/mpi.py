@@ -12,6 +12,7 @@ from ..errors import HpcclInvalidArgument, HpcclSystemError, HpcclTimeoutError
 
 _TAG_UP, _TAG_DOWN = 101, 102
 _TAG_SHRINK_UP, _TAG_SHRINK_DOWN = 103, 104
+_TAG_HELLO, _TAG_WELCOME = 31001, 31002  # on the user's communicator, once, inside init (a collective call)
 
 
 def _mpi():
@@ -38,9 +39,55 @@ class MpiBootstrap:
         self.size = mpi_comm.Get_size()
         self.world_rank = MPI.COMM_WORLD.Get_rank()
         self._seq = 0
+        self._census(mpi_comm, what)
         self.comm, req = mpi_comm.Idup()
         self._poll(lambda: req.Test(), what, None,
                    "not every rank of the MPI communicator entered it (MPI_Comm_idup did not complete)")
+
+    def _census(self, c: Any, what: str) -> None:
+        """Before the first collective MPI call: every rank reports to rank 0, which answers once all have
+        (or, at HPCCL_TIMEOUT, tells the ranks that came which ones did not), so every waiting rank names
+        the ranks that never called init (MPI_Comm_idup cannot say who)."""
+        import numpy as np
+        if self.size == 1:
+            return
+        if self.rank == 0:
+            seen = {0}
+
+            def all_in() -> bool:
+                for src in range(1, self.size):
+                    if src not in seen and c.Iprobe(source=src, tag=_TAG_HELLO):
+                        c.Recv(np.empty(1, dtype=np.int64), source=src, tag=_TAG_HELLO)
+                        seen.add(src)
+                return len(seen) == self.size
+            try:
+                self._poll(all_in, what, lambda: [r for r in range(self.size) if r not in seen],
+                           "these ranks never called it")
+                verdict = np.zeros(1, dtype=np.int64)
+            except HpcclTimeoutError:
+                absent = [r for r in range(self.size) if r not in seen]
+                verdict = np.array([len(absent)] + absent, dtype=np.int64)
+                for r in sorted(seen - {0}):  # the ranks that came learn who did not, then rank 0 raises
+                    c.Isend(verdict, dest=r, tag=_TAG_WELCOME)
+                raise
+            reqs = [c.Isend(verdict, dest=r, tag=_TAG_WELCOME) for r in range(1, self.size)]
+            self._poll(lambda: all(q.Test() for q in reqs), what, None, "a rank stopped receiving")
+        else:
+            req = c.Isend(np.zeros(1, dtype=np.int64), dest=0, tag=_TAG_HELLO)
+            st = _mpi().Status()
+            grace, self.timeout = self.timeout, self.timeout + 1.0  # time to hear rank 0's verdict
+            try:
+                self._poll(lambda: c.Iprobe(source=0, tag=_TAG_WELCOME, status=st), what, lambda: [0],
+                           "rank 0 counts every rank in and did not answer")
+            finally:
+                self.timeout = grace
+            verdict = np.empty(st.Get_count(_mpi().INT64_T) or 1, dtype=np.int64)
+            c.Recv(verdict, source=0, tag=_TAG_WELCOME)
+            if verdict[0]:
+                req.Cancel()
+                raise HpcclTimeoutError(f"bootstrap {what}", self._seq, [int(v) for v in verdict[1:]],
+                                        self.timeout, "these ranks never called it; rank 0 counted")
+            req.Wait()
 
     def _poll(self, done, what: str, missing, detail: str = "") -> None:
         start = time.monotonic()

@@ -17,7 +17,7 @@ else:
         hpccl.init()
         result["error"] = None
     except hpccl.HpcclError as exc:
-        result.update(error=type(exc).__name__, message=str(exc))
+        result.update(error=type(exc).__name__, message=str(exc), missing=getattr(exc, "missing", None))
     result["seconds"] = time.monotonic() - t0
 print("RESULT " + json.dumps(result), flush=True)
 # The dangling Comm_idup would keep MPI_Finalize waiting: rank 0 ends the job, after a pause that lets
