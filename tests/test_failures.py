@@ -74,6 +74,29 @@ def test_killed_rank_leaves_no_shared_memory():
     assert shm_leftovers() == [], shm_leftovers()
 
 
+def test_rank_killed_inside_shm_setup_leaves_no_segment(tmp_path):
+    """A rank SIGKILLed between creating its segment and its peers mapping it (the one window in which
+    nothing has unlinked it yet): the survivors time out naming it and unlink its segment for it."""
+    import os
+    import subprocess
+    import sys
+    from mpirun import ROOT
+    n = 3
+    before = {f for f in shm_snapshot() if f.startswith("hpccl-")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
+    env.update(HPCCL_TIMEOUT="2", SIZE=str(n), STORE_DIR=str(tmp_path),
+               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "tests/scripts/die_in_setup.py"], cwd=ROOT, env=dict(env, RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert procs[-1].returncode == -9, outs[-1][-2000:]
+    rows = [row for out in outs[:-1] for row in results(out)]
+    assert len(rows) == n - 1, outs
+    for row in rows:
+        assert row["error"] == "HpcclTimeoutError" and row["missing"] == [n - 1], row
+    assert {f for f in shm_snapshot() if f.startswith("hpccl-")} - before == set()
+
+
 def test_rank_that_never_calls_init_gives_timeout_not_hang():
     before = shm_snapshot()
     proc = run_mpi(3, ["tests/scripts/skip_init.py"], env={"HPCCL_TIMEOUT": "2"}, timeout=120)

@@ -301,6 +301,17 @@ class ShmTransport(Transport):
                 if r != rank:
                     self._segs[r] = _Segment(base + str(i), self._lay.total, create=False)
             bootstrap.barrier()
+        except BaseException:
+            # a peer that died (or never came) after creating its segment cannot unlink it: the ranks
+            # that are left unlink every segment of this set-up, theirs or not (names are per communicator)
+            for i in range(len(self.ranks)):
+                try:
+                    os.unlink(base + str(i))
+                except OSError:
+                    pass
+            for seg in self._segs.values():
+                seg.close()
+            raise
         finally:
             self._unlink()
         self.cma_ok = self._probe_cma()

@@ -12,26 +12,7 @@ import numpy as np
 
 import hpccl
 from hpccl.bootstrap import StoreBootstrap
-
-
-class DirStore:
-    """set/get/check over files in one directory (written whole, then renamed into place)."""
-
-    def __init__(self, path):
-        self.path = path
-
-    def set(self, key, value):
-        name = os.path.join(self.path, key.replace("/", "_"))
-        with open(name + ".tmp", "wb") as f:
-            f.write(value)
-        os.replace(name + ".tmp", name)
-
-    def get(self, key):
-        with open(os.path.join(self.path, key.replace("/", "_")), "rb") as f:
-            return f.read()
-
-    def check(self, keys):
-        return all(os.path.exists(os.path.join(self.path, k.replace("/", "_"))) for k in keys)
+from dirstore import DirStore  # tests/scripts/dirstore.py
 
 
 r, n = int(os.environ["RANK"]), int(os.environ["SIZE"])
