@@ -1,6 +1,8 @@
 """Peers that never arrive, and processes that die: errors within HPCCL_TIMEOUT, nothing left behind."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_snapshot
@@ -28,12 +30,18 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     assert shm_leftovers() == []
 
 
-@pytest.mark.parametrize("n", [3, 4])
-def test_mpi_transport_timeout_names_the_rank_that_never_arrived(n):
-    """Over MPI (every rank its own node) each waiting rank asks the others which collective they are in
-    (the control channel): all name the rank that never came, not the neighbour their ring waited on."""
+_UCX = importlib.util.find_spec("ucxx") is not None
+_NO_UCX = "ucxx is not installed (pip install hpccl[ucx]); the MPI and shared-memory cases still run"
+
+
+@pytest.mark.parametrize("n,net", [(3, "mpi"), (4, "mpi"), pytest.param(4, "ucx", marks=pytest.mark.skipif(
+    not _UCX, reason=_NO_UCX))])
+def test_network_timeout_names_the_rank_that_never_arrived(n, net):
+    """Between nodes (every rank its own node) each waiting rank asks the others over the transport's
+    control channel which collective they are in: all name the rank that never came, not the neighbour
+    their ring waited on."""
     proc = run_mpi(n, ["tests/scripts/skip_collective.py", "ring"],
-                   env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1", "HPCCL_NET": "mpi"}, timeout=120)
+                   env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1", "HPCCL_NET": net}, timeout=120)
     rows = results(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-4000:]
     errs = [row for row in rows if row["rank"] != n - 1]
@@ -45,15 +53,18 @@ def test_mpi_transport_timeout_names_the_rank_that_never_arrived(n):
             assert row["missing"] == [n - 1], row
 
 
-@pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi"])
+@pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi",
+                                    pytest.param("ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
+                                    pytest.param("hier-ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX))])
 def test_abort_reaches_every_peer_naming_the_failed_rank(layout):
     """A rank that fails between collectives: every peer inside the next one fails within a second (not
-    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI, and through hier's steps."""
+    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI and UCX, and through hier."""
     env = {"HPCCL_TIMEOUT": "30"}
-    if layout == "mpi":
-        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
-    elif layout == "hier-mpi":
-        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET="mpi")
+    net = layout.split("-")[-1]
+    if layout in ("mpi", "ucx"):
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET=net)
+    elif layout.startswith("hier"):
+        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=net)
     n = 4
     proc = run_mpi(n, ["tests/scripts/abort_peer.py"], env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
