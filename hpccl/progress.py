@@ -52,21 +52,23 @@ class Waiter:
             self._check(start, peers)
 
     def _check(self, start: float, peers: Peers) -> None:
-        now = time.monotonic()
-        if self._dead_peer is not None and now >= self._next_death_check:
-            self._next_death_check = now + DEATH_CHECK_S
-            dead = self._dead_peer()
-            if dead is not None:
-                self._on_fail(dead[0])
-                raise HpcclRemoteError.died(self.collective, self.seq, dead[0], dead[1],
-                                            sorted(set(peers() if callable(peers) else peers)))
-        bad = self._peer_aborted()
+        bad = self._peer_aborted()  # first: a peer that aborted says who failed first, even if it has exited
         if bad is not None:
             self._on_fail(bad)  # passed on: every rank names the rank that failed first
             awaited = sorted(set(peers() if callable(peers) else peers))
             late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
             raise HpcclRemoteError.aborted(self.collective, self.seq, bad, awaited,
                                            f"; rank(s) not arrived: {late}" if late else "")
+        now = time.monotonic()
+        if self._dead_peer is not None and now >= self._next_death_check:
+            self._next_death_check = now + DEATH_CHECK_S
+            dead = self._dead_peer()
+            if dead is not None and self._peer_aborted() is not None:
+                return self._check(start, peers)  # it aborted before it went: name whom it named
+            if dead is not None:
+                self._on_fail(dead[0])
+                raise HpcclRemoteError.died(self.collective, self.seq, dead[0], dead[1],
+                                            sorted(set(peers() if callable(peers) else peers)))
         if time.monotonic() - start > self.timeout:
             missing = self.missing(peers, surveyed=bool(self._survey and self._survey()))
             self._on_fail()
