@@ -362,12 +362,10 @@ class Communicator:
         for t in self._transports:
             t.announce(self._seq)
         rec = self._rec.start(self._seq, call.coll, call.nbytes, call.mem.kind)
+        if self._check_calls and call.coll not in _P2P:
+            self._agree(call, rec)
         back = None if call.mem is host else _on_device(call.mem.device)
         try:
-            if self._check_calls and call.coll not in _P2P:
-                self._waiter.collective = f"HPCCL_CHECK before {call.coll}"
-                check.agree(self, call)
-                self._waiter.collective = call.coll
             if call.fn is not Communicator._collective:
                 call.fn(self, call)
             elif call.mem is host:
@@ -383,6 +381,23 @@ class Communicator:
             if back is not None:
                 _on_device(back)
         self._rec.end(rec, "done" if call.mem is host else "enqueued")
+
+    def _agree(self, call: "Call", rec: list) -> None:
+        """HPCCL_CHECK: the ranks compare what they are about to call. A mismatch is a usage error found by
+        every rank before any data of the call moved, so the communicator stays usable (no abort: an abort
+        would reach ranks still comparing and hide the mismatch from them); a failed exchange aborts."""
+        self._waiter.collective = f"HPCCL_CHECK before {call.coll}"
+        try:
+            check.agree(self, call)
+        except HpcclInvalidUsage:
+            self._rec.end(rec, "failed: HpcclInvalidUsage")
+            raise
+        except HpcclError as exc:
+            self._rec.end(rec, f"failed: {type(exc).__name__}")
+            self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+            raise
+        finally:
+            self._waiter.collective = call.coll
 
     def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
         """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step."""

@@ -27,5 +27,8 @@ try:
 except hpccl.HpcclError as exc:
     result.update(error=type(exc).__name__, message=str(exc))
 result["seconds"] = time.monotonic() - t0
+y = np.full(5, r, np.float64)  # the communicator is still usable: the mismatched call moved nothing
+comm.all_reduce(y)
+result["after"] = bool(np.all(y == n * (n - 1) / 2))
 print("RESULT " + json.dumps(result), flush=True)
 comm.destroy()
