@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import config, log
 from .errors import HpcclInvalidUsage, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
+from .transport.shm import _I_DEVSEQ
 from .kernels import (DTYPE_IDS, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS, CommArgs, Driver,
                       Kernels, Launch, P2PArgs)
 from .memory.cuda import DeviceMemory, device_view, stream_handle
@@ -106,6 +107,9 @@ class CudaComm:
         self._tail_h = ctypes.c_void_p(self._tail.ptr)
         self._tail_live = False
         self._seq = 0
+        shm = next((t for t in comm._transports if hasattr(t, "launched")), None)
+        self._shm = shm  # peers' launch counts, read when a kernel's wait times out
+        self._pub = shm.device_counter() if shm is not None else None  # where this rank publishes its own
         self.last: Optional[Tuple[Launch, Optional[str]]] = None
         self._what = "idle"  # the last collective enqueued (named when a later check finds a failure)
         # fast path: launches snapshotted per (collective, buffers, dtype, op, root, stream)
@@ -171,11 +175,21 @@ class CudaComm:
         except Exception:  # noqa: BLE001
             pass
         if code == ERR_TIMEOUT:
-            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self._seq, [],
+            behind = self.never_launched()
+            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self._seq, behind,
                                     config.get("HPCCL_TIMEOUT"),
-                                    "a GPU kernel's wait for a peer's flag timed out; a rank did not make "
-                                    "the same collective call or its GPU stalled")
+                                    "a GPU kernel's wait for a peer's flag timed out; "
+                                    + ("these ranks never launched that call's kernel" if behind else
+                                       "every rank launched it, so a GPU stalled or a call differs"))
         raise HpcclSystemError(f"GPU collective failed with device error code {code}")
+
+    def never_launched(self) -> List[int]:
+        """Ranks on this node whose published launch count is behind this rank's: they never made the
+        call this rank's kernel waited in (read from their shared-memory segments)."""
+        if self._shm is None:
+            return []
+        return [p for p in range(self.comm.size)
+                if p != self.comm.rank and (n := self._shm.launched(p)) is not None and n < self._seq]
 
     def _order(self, stream: int) -> None:
         """Ops of one communicator share its staging buffer: keep them ordered when the stream changes, by
@@ -211,6 +225,8 @@ class CudaComm:
                 raise HpcclSystemError(f"{what}: cuLaunchKernel failed: {self.driver.error_name(rc)}")
         self._mark(stream)
         self._seq += 1
+        if self._pub is not None:
+            self._pub[_I_DEVSEQ] = self._seq
         self._what = what
         self.last = (ln, kind)
 
@@ -273,6 +289,8 @@ class CudaComm:
             return False  # the slow path retries and reports
         self._mark(st)
         self._seq += 1
+        if self._pub is not None:
+            self._pub[_I_DEVSEQ] = self._seq
         return True
 
     def remember(self, key: Optional[tuple]) -> None:

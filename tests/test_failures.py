@@ -219,3 +219,17 @@ def test_flight_recorder_dumps_and_analysis(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hpccl.cli.info", "--analyze", str(tmp_path)],
                          capture_output=True, text=True, timeout=60).stdout
     assert "4 of 4 ranks dumped" in out and "ranks [0, 1, 2] reached all_reduce #3; ranks [3] stopped before it" in out, out
+
+
+def test_gpu_timeout_names_ranks_that_never_launched():
+    """The GPU engine publishes its launch count in the rank's shared-memory segment; when a kernel's wait
+    times out, the ranks whose count is behind are named (they never made the call). Host-only check of
+    the reading side with stand-ins; tests/gpu/test_cuda.py::test_timeout_is_reported runs it on a GPU."""
+    import types
+    from hpccl.cuda_comm import CudaComm
+    counts = {0: 7, 1: 7, 2: 6, 3: 9}
+    fake = types.SimpleNamespace(_shm=types.SimpleNamespace(launched=counts.get), _seq=7,
+                                 comm=types.SimpleNamespace(size=4, rank=0))
+    assert CudaComm.never_launched(fake) == [2]
+    fake._shm = None  # no shared memory (HPCCL_TRANSPORT=mpi): nothing to read
+    assert CudaComm.never_launched(fake) == []

@@ -14,7 +14,7 @@ import os
 import platform
 import secrets
 from collections import deque
-from typing import Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ _I_MAGIC, _I_ARRIVED, _I_ABORT, _I_BARRIER = 0, 8, 16, 24
 # cross-memory attach: pid, where this header sits in its owner's address space, a probe value, and the
 # table of exposed buffers (address, bytes) x 4
 _I_PID, _I_HDRADDR, _I_PROBE, _I_EXPOSE, _EXPOSE_MAX = 32, 33, 34, 40, 4
+_I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names who never launched one)
 
 _live_paths: Set[str] = set()
 
@@ -373,6 +374,15 @@ class ShmTransport(Transport):
     def arrived(self, peer: int) -> Optional[int]:
         seg = self._segs.get(peer)
         return None if seg is None else seg.q[_I_ARRIVED]
+
+    def device_counter(self) -> Any:
+        """This rank's launch counter in its segment (the GPU engine stores its kernel count there)."""
+        return self._segs[self.rank].q
+
+    def launched(self, peer: int) -> Optional[int]:
+        """How many GPU kernels ``peer`` has launched on this communicator, if it is on this node."""
+        seg = self._segs.get(peer)
+        return None if seg is None else int(seg.q[_I_DEVSEQ])
 
     def dead_peer(self) -> Optional[Tuple[int, str]]:
         """A local peer whose process no longer exists (or is a zombie): a dead rank is named at once, not
