@@ -161,6 +161,8 @@ class Communicator:
             return
         need = shm.segment_bytes if shm is not None else 0  # per rank: check_shm multiplies by local_size
         use_ucx = any(t.name == "ucx" for t in self._transports)
+        if self.local_rank != 0 or self.parent_ranks is not None:
+            return  # once per node, not again for hier's sub-communicators
         for msg in check_environment(need, self.local_size, False, use_ucx=use_ucx):
             log.warn("ENV", "%s", msg)
 
@@ -400,7 +402,10 @@ class Communicator:
             self._waiter.collective = call.coll
 
     def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
-        """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step."""
+        """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step;
+        a transport's report of a lost peer gets the call's name too."""
+        if isinstance(exc, HpcclRemoteError) and exc.rank is not None and not exc.collective:
+            return HpcclRemoteError(f"{coll} #{self._seq}: {exc.message}", exc.rank, coll, self._seq, exc.awaited)
         step = getattr(exc, "collective", "")
         if not step or (step, exc.seq) == (coll, self._seq):
             return exc

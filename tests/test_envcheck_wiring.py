@@ -17,7 +17,8 @@ def test_init_check_counts_the_shm_need_once_per_rank(monkeypatch):
         seen.update(need=need, local_size=local_size, **kw)
         return []
     monkeypatch.setattr(envcheck, "check_environment", fake)
-    stub = types.SimpleNamespace(local_size=4, _transports=[types.SimpleNamespace(name="shm")])
+    stub = types.SimpleNamespace(local_size=4, local_rank=0, parent_ranks=None,
+                                 _transports=[types.SimpleNamespace(name="shm")])
     Communicator._check_env(stub, types.SimpleNamespace(segment_bytes=12345))
     assert seen == {"need": 12345, "local_size": 4, "use_ucx": False}  # check_shm multiplies by 4 itself
 

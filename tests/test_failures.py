@@ -121,11 +121,13 @@ def test_rank_that_never_calls_init_gives_timeout_not_hang():
     assert all(row["missing"] == [2] for row in rows), rows
 
 
-@pytest.mark.parametrize("n", [3, 4])
-def test_dead_rank_is_named_at_once(n, tmp_path):
+@pytest.mark.parametrize("n,layout", [(3, "node"), (4, "node"), pytest.param(3, "ucx-tcp", marks=pytest.mark.skipif(
+    not _UCX, reason=_NO_UCX))])
+def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     """A rank SIGKILLed inside a collective (ranks started as plain processes, so the survivors live on):
     every survivor fails within a second (HPCCL_TIMEOUT is 30 s) naming exactly the dead rank, seen gone
-    by its pid or passed on as the abort of the rank that saw it. Nothing left in /dev/shm or running."""
+    by its pid (one node) or by UCX's peer-failure handling (every rank its own node, UCX over TCP), or
+    passed on as the abort of the rank that saw it. Nothing left in /dev/shm or running."""
     import os
     import subprocess
     import sys
@@ -133,6 +135,8 @@ def test_dead_rank_is_named_at_once(n, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
     env.update(HPCCL_TIMEOUT="30", SIZE=str(n), STORE_DIR=str(tmp_path),
                PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    if layout == "ucx-tcp":
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_UCX_TLS="tcp,self")
     procs = [subprocess.Popen([sys.executable, "tests/scripts/die_peer.py"], cwd=ROOT, env=dict(env, RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
     outs = [p.communicate(timeout=120)[0] for p in procs]
@@ -145,6 +149,8 @@ def test_dead_rank_is_named_at_once(n, tmp_path):
         assert row["seconds"] < 0.3 + 1.0, row
     assert any("died" in row["message"] for row in rows), rows
     assert shm_leftovers() == []
+    left = subprocess.run(["pgrep", "-f", "tests/scripts/die_peer.py"], capture_output=True, text=True).stdout
+    assert left.strip() == "", left
 
 
 @pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi")])

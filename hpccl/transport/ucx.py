@@ -328,8 +328,18 @@ class UcxTransport(Transport):
 
     def _failed(self, peer: int, exc: Exception) -> Exception:
         text = f"UCX transfer with rank {peer} failed: {type(exc).__name__}: {exc}"
-        if "reset" in str(exc).lower() or "unreachable" in str(exc).lower() or "Endpoint" in type(exc).__name__:
-            return HpcclRemoteError(text + " (the peer may have died)")
+        lost = ("reset", "unreachable", "canceled", "cancelled", "timed out", "connection")
+        if any(w in str(exc).lower() for w in lost) or "Endpoint" in type(exc).__name__ \
+                or "Cancel" in type(exc).__name__:
+            # UCX's peer-failure handling closed the endpoint (its requests end canceled): the peer is gone.
+            # A peer that aborted before it left sent who failed first: read that before blaming the peer.
+            end = time.monotonic() + 0.05
+            while self._aborted_by is None and time.monotonic() < end:
+                self._poll()
+            if self._aborted_by is not None and self._aborted_by != peer:
+                return HpcclRemoteError(f"rank {self._aborted_by} failed and aborted the communicator "
+                                        f"(rank {peer} then left: {type(exc).__name__})", rank=self._aborted_by)
+            return HpcclRemoteError(text + f" (rank {peer} may have died)", rank=peer)
         return HpcclSystemError(text)
 
     # ----- life cycle --------------------------------------------------------------------------------
