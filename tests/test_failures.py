@@ -153,7 +153,8 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     assert left.strip() == "", left
 
 
-@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi")])
+@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi"), pytest.param(4, "hier-ucx", marks=pytest.mark.skipif(
+    not _UCX, reason=_NO_UCX))])
 def test_shrink_after_a_stopped_rank(n, layout):
     """The last rank is SIGSTOPped: the others fail within HPCCL_TIMEOUT (+ the MPI survey) naming it (or
     the abort of the survivor that timed out first), shrink it away with no collective over it, and run
@@ -161,6 +162,8 @@ def test_shrink_after_a_stopped_rank(n, layout):
     env = {"HPCCL_TIMEOUT": "2"}
     if layout == "mpi":
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
+    elif layout == "hier-ucx":  # 2 nodes x 2 ranks, UCX between; the survivors are 2 + 1
+        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET="ucx")
     proc = run_mpi(n, ["tests/scripts/shrink_after_stop.py"], env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
     rows = {row["rank"]: row for row in results(proc.stdout)}
