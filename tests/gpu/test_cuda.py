@@ -494,3 +494,41 @@ def test_timeout_is_reported(monkeypatch):
             comm.destroy()
         except Exception:  # noqa: BLE001
             pass
+
+
+def test_rank_that_stops_launching_is_named(monkeypatch):
+    """Issue 11: in a loop of GPU all_reduces the last rank stops launching (sleeps) at iteration 5; the
+    others' kernels time out and the error names it (its published launch count is behind), within a
+    bound, and their streams are released."""
+    import cupy
+    import hpccl
+    monkeypatch.setenv("HPCCL_TIMEOUT", "2")
+    comm = hpccl.Communicator()
+    if comm.size < 2 or comm.num_nodes > 1 or comm.local_size < 2:
+        comm.destroy()
+        pytest.skip("needs 2 or more ranks on one node (the launch counts live in shared memory)")
+    n, r = comm.size, comm.rank
+    try:
+        x = cupy.ones(1 << 12, dtype=cupy.float32)
+        t0 = time.monotonic()
+        err = None
+        try:
+            for i in range(50):
+                if r == n - 1 and i == 5:
+                    time.sleep(6)  # stops launching
+                    break
+                comm.all_reduce(x)
+            comm.synchronize()
+        except HpcclTimeoutError as exc:
+            err = exc
+        if r != n - 1:
+            assert err is not None and err.missing == [n - 1], err
+            assert time.monotonic() - t0 < 15
+            cupy.cuda.get_current_stream().synchronize()  # released
+    finally:
+        comm.mpi_comm.Barrier()
+        try:
+            comm.destroy()
+        except Exception:  # noqa: BLE001
+            pass
+
