@@ -59,6 +59,7 @@ class Communicator:
         self._node_override = node_id
         self._dev: Any = None  # device.DeviceSide, built at the first device call
         self.parent_ranks: Optional[List[int]] = None  # a hier sub-communicator's ranks in its parent
+        self._parent: Optional["Communicator"] = None  # the communicator whose hier steps this one runs
         self.cuda_device: Optional[int] = None  # a sub-communicator's GPU: its parent's, not its own guess
         self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
@@ -181,7 +182,11 @@ class Communicator:
         return None
 
     def _survey(self) -> bool:
-        """At a timeout: transports that cannot see their peers' arrival ask them (MPI's control channel)."""
+        """At a timeout: transports that cannot see their peers' arrival ask them (MPI's control channel).
+        A hier step's sub-communicator does not: its parent asks at the level of the user's call, at the
+        same moment as the other ranks (which answer only while they are still waiting or asking)."""
+        if self._parent is not None:
+            return False
         asked = False
         for t in self._transports:
             if type(t).survey is not Transport.survey:
@@ -194,6 +199,12 @@ class Communicator:
             r = t.peer_aborted()
             if r is not None:
                 return r
+        parent = self._parent
+        if parent is not None:  # a hier step: keep the user's communicator's control channel answered
+            r = parent._peer_aborted()
+            if r is not None:
+                pr = self.parent_ranks or []
+                return pr.index(r) if r in pr else -(r + 2)  # -(r+2): a rank in the parent's numbering
         return None
 
     def _on_fail(self, origin: Optional[int] = None) -> None:
@@ -375,7 +386,7 @@ class Communicator:
             else:
                 self._run_device(call)
         except HpcclError as exc:
-            exc = self._as_call(self._in_parent(exc), call.coll)
+            exc = self._named(exc, call.coll)
             self._rec.end(rec, f"failed: {type(exc).__name__}")
             self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
             raise exc from None
@@ -401,17 +412,28 @@ class Communicator:
         finally:
             self._waiter.collective = call.coll
 
-    def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
-        """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step;
-        a transport's report of a lost peer gets the call's name too."""
+    def _named(self, exc: HpcclError, coll: str) -> HpcclError:
+        """The error a call raises: a transport's report of a lost peer gets the call's name; a hier
+        step's (sub-communicator's) error goes up in its parent's rank numbering; the user's communicator
+        names its own call, and the step it failed in."""
         if isinstance(exc, HpcclRemoteError) and exc.rank is not None and not exc.collective:
-            return HpcclRemoteError(f"{coll} #{self._seq}: {exc.message}", exc.rank, coll, self._seq, exc.awaited)
+            exc = HpcclRemoteError(f"{coll} #{self._seq}: {exc.message}", exc.rank, coll, self._seq, exc.awaited)
+        if self.parent_ranks is not None:
+            return self._in_parent(exc)
+        return self._as_call(exc, coll)
+
+    def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
+        """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step."""
         step = getattr(exc, "collective", "")
-        if not step or (step, exc.seq) == (coll, self._seq):
+        if not step or ((step, exc.seq) == (coll, self._seq) and not getattr(exc, "from_step", False)):
             return exc
         where = f"in its hierarchical step {step} #{exc.seq}"
         if isinstance(exc, HpcclTimeoutError):
-            return HpcclTimeoutError(coll, self._seq, exc.missing, config.get("HPCCL_TIMEOUT"), where)
+            # who never arrived at the user's call, not at the step: ask at this communicator's level
+            missing = exc.missing
+            if self._survey():
+                missing = self._waiter.missing(exc.missing, surveyed=True)
+            return HpcclTimeoutError(coll, self._seq, missing, config.get("HPCCL_TIMEOUT"), where)
         if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
             return HpcclRemoteError.aborted(coll, self._seq, exc.rank, exc.awaited, f"; {where}")
         return exc
@@ -420,13 +442,17 @@ class Communicator:
         """A sub-communicator's timeout or remote failure names its parent's ranks, the ones the user knows."""
         pr = self.parent_ranks
         if pr is not None and isinstance(exc, HpcclRemoteError) and exc.rank is not None and exc.collective:
-            return HpcclRemoteError.aborted(exc.collective, exc.seq, -exc.rank - 2 if exc.rank < 0 else pr[exc.rank],
-                                            [pr[m] for m in exc.awaited if 0 <= m < len(pr)])
+            out = HpcclRemoteError.aborted(exc.collective, exc.seq, -exc.rank - 2 if exc.rank < 0 else pr[exc.rank],
+                                           [pr[m] for m in exc.awaited if 0 <= m < len(pr)])
+            out.from_step = True
+            return out
         if pr is None or not isinstance(exc, HpcclTimeoutError):
             return exc
-        return HpcclTimeoutError(exc.collective, exc.seq, [pr[m] for m in exc.missing if 0 <= m < len(pr)],
-                                 config.get("HPCCL_TIMEOUT"), "ranks of the whole communicator; a step of its "
-                                 "hierarchical algorithm")
+        out = HpcclTimeoutError(exc.collective, exc.seq, [pr[m] for m in exc.missing if 0 <= m < len(pr)],
+                                config.get("HPCCL_TIMEOUT"), "ranks of the whole communicator; a step of its "
+                                "hierarchical algorithm")
+        out.from_step = True  # the parent names its own call and asks who never arrived at it
+        return out
 
     def _submit(self, call: "Call") -> None:
         if self._group is not None:
@@ -898,6 +924,7 @@ class Communicator:
             c = self._split(color, self.rank, f"{kind}{self.node}" if kind == "intra" else None)
             c.parent_ranks = (self.nodes.ranks_on(self.node) if kind == "intra" else
                               [r for r in range(self.size) if self.nodes.local_rank(r) == self.local_rank])
+            c._parent = self
             self._sub[kind] = c
         sub = self._sub[kind]
         if self._dev is not None and sub.cuda_device is None:
