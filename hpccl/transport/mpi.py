@@ -3,17 +3,17 @@ Device buffers (the GPU network path, run by the proxy thread) are staged throug
 CUDA-aware MPI cannot be assumed; what arrives is combined on the GPU."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
 from .. import memory
 from ..ops import ReduceOp
 from .base import Request, Transport
+from .control import ControlChannel
 
 _TAG = 7001
-_CTRL = 7002  # control messages on hpccl's private communicator: int64 [kind, rank, seq]
-_ABORT, _QUERY, _ANSWER = 1, 2, 3
+_CTRL = 7002  # control messages on hpccl's private communicator (control.py)
 
 
 class _MpiRequest(Request):
@@ -72,7 +72,7 @@ def _device_tmp(buf, host):
     return out
 
 
-class MpiTransport(Transport):
+class MpiTransport(ControlChannel, Transport):
     """Sends raw bytes with Isend/Irecv on hpccl's private communicator; same-pair messages stay in order."""
 
     name = "mpi"
@@ -80,58 +80,26 @@ class MpiTransport(Transport):
     def __init__(self, mpi_comm: Any) -> None:
         self.comm = mpi_comm
         self.rank, self.size = mpi_comm.Get_rank(), mpi_comm.Get_size()
-        self._seq = 0
-        self._aborted_by: Optional[int] = None
-        self._seen: dict = {}  # peer -> the sequence number it answered with in the last survey
-        self._sends: list = []  # control sends in flight (their buffers live until they complete)
+        self._control_init()
 
-    # ----- control channel: abort, and "which collective are you in?" at a timeout --------------------
-    def _post(self, peer: int, kind: int, who: Optional[int] = None) -> None:
-        msg = np.array([kind, self.rank if who is None else who, self._seq], dtype=np.int64)
-        self._sends.append((self.comm.Isend(msg, dest=peer, tag=_CTRL), msg))
+    # ----- control channel (control.ControlChannel): a tag of its own on the private communicator ------
+    def _ctrl_live(self) -> bool:
+        return self.comm is not None
 
-    def _poll(self) -> None:
-        """Handle every control message that has arrived: record aborts and answers, answer queries."""
+    def _ctrl_send(self, peer: int, msg: np.ndarray) -> Any:
+        return self.comm.Isend(msg, dest=peer, tag=_CTRL)
+
+    @staticmethod
+    def _ctrl_done(req: Any) -> bool:
+        return req.Test()
+
+    def _ctrl_arrived(self) -> Iterator[Optional[np.ndarray]]:
         from mpi4py import MPI
         st = MPI.Status()
         while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=_CTRL, status=st):
             msg = np.empty(3, dtype=np.int64)
             self.comm.Recv(msg, source=st.Get_source(), tag=_CTRL)
-            kind, peer, seq = (int(v) for v in msg)
-            if kind == _ABORT and self._aborted_by is None:
-                self._aborted_by = peer
-            elif kind == _QUERY:
-                self._post(peer, _ANSWER)
-            elif kind == _ANSWER:
-                self._seen[peer] = seq
-        self._sends = [(r, m) for r, m in self._sends if not r.Test()]
-
-    def announce(self, seq: int) -> None:
-        self._seq = seq
-
-    def peer_aborted(self) -> Optional[int]:
-        if self.comm is not None:
-            self._poll()
-        return self._aborted_by
-
-    def arrived(self, peer: int) -> Optional[int]:
-        return self._seen.get(peer)
-
-    def survey(self, peers: Any, seconds: float) -> None:
-        """Ask these peers which collective they are in (ranks blocked in an hpccl wait answer while they
-        poll); arrived() then reports their answers. A peer that does not answer within ``seconds`` (stopped,
-        dead, or busy outside hpccl) stays unknown, which the waiter counts as not arrived."""
-        if self.comm is None:
-            return
-        import time
-        self._seen = {}
-        peers = [p for p in peers if p != self.rank]
-        for p in peers:
-            self._post(p, _QUERY)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and any(p not in self._seen for p in peers):
-            self._poll()
-            time.sleep(1e-3)
+            yield msg
 
     def isend(self, peer: int, buf: np.ndarray) -> Request:
         host = _staged(buf)
@@ -148,19 +116,11 @@ class MpiTransport(Transport):
         req = _StagedRecv(peer, self.comm.Irecv(host, source=peer, tag=_TAG), buf, host, op, src)
         return req
 
-    def abort(self, origin: int) -> None:
-        """Tell every peer rank ``origin`` failed: their waits poll the control channel and fail at once."""
-        if self.comm is None:
-            return
-        for p in range(self.size):
-            if p != self.rank:
-                self._post(p, _ABORT, origin)
-
     def close(self) -> None:
         if self.comm is not None:
             try:
                 self._poll()  # answer what is pending; small eager sends complete locally
             except Exception:  # noqa: BLE001 - closing must not fail on a broken job
                 pass
-        self._sends = []
+        self._ctrl_sends = []
         self.comm = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from ..errors import HpcclEnvironmentError, HpcclError, HpcclRemoteError, HpcclS
 from .. import memory
 from ..ops import ReduceOp
 from .base import Request, Transport
+from .control import ControlChannel
 
 
 def _import_ucxx():
@@ -66,7 +67,6 @@ _FULL = _api.UCXXTagMaskFull
 # control messages (abort, "which call are you in?"): the sender's rank with every sequence bit set, matched
 # from any sender by one standing worker-level receive; data sequence numbers never reach that value
 _CTRL_TAG = _SEQ_MASK
-_ABORT, _QUERY, _ANSWER = 1, 2, 3
 #: transports whose endpoints support UCX's peer-failure handling; with only these (plus self) in
 #: UCX_TLS, endpoints are created with error handling on, so a dead peer fails a request cleanly.
 #: Shared-memory and CUDA transports (sm, posix, sysv, cma, knem, xpmem, cuda_ipc) lack it: with them
@@ -174,7 +174,7 @@ class _UcxReduceRequest(_UcxRequest):
         self.tmp = self.src = self.buf = None
 
 
-class UcxTransport(Transport):
+class UcxTransport(ControlChannel, Transport):
     """Tagged UCX messages to every other rank of the communicator (built collectively)."""
 
     name = "ucx"
@@ -216,10 +216,7 @@ class UcxTransport(Transport):
 
         self._addresses = bootstrap.allgather(address)
         self._wireup()
-        self._seq = 0
-        self._aborted_by: Optional[int] = None
-        self._seen: Dict[int, int] = {}
-        self._ctrl_sends: List[Any] = []
+        self._control_init()
         self._post_ctrl_recv()
         log.info("TRANSPORT", "ucx: rank %d/%d, UCX_TLS=%s, error handling %s, ready in %.3fs", rank,
                  self.size, self.tls, "on" if self.error_handling else "off", time.perf_counter() - t0)
@@ -343,73 +340,36 @@ class UcxTransport(Transport):
         return HpcclSystemError(text)
 
     # ----- life cycle --------------------------------------------------------------------------------
-    # ----- control channel ---------------------------------------------------------------------------
+    # ----- control channel (control.ControlChannel): a reserved tag, one standing worker receive -------
     def _post_ctrl_recv(self) -> None:
         self._ctrl_buf = np.zeros(3, dtype=np.int64)
         self._ctrl_req = self._worker.tag_recv(_Array(self._ctrl_buf), _api.UCXXTag(_CTRL_TAG),
                                                _api.UCXXTagMask(_SEQ_MASK))
 
-    def _post(self, peer: int, kind: int, who: Optional[int] = None) -> None:
-        msg = np.array([kind, self.rank if who is None else who, self._seq], dtype=np.int64)
+    def _ctrl_live(self) -> bool:
+        return not self._closed and self._worker is not None
+
+    def _ctrl_send(self, peer: int, msg: np.ndarray) -> Any:
         try:
             ep = self._eps.get(peer) or self._ep(peer)
-            self._ctrl_sends.append((ep.tag_send(_Array(msg), _api.UCXXTag(self._tag_base | _CTRL_TAG)), msg))
         except HpcclError:
-            pass  # an unreachable peer cannot be told; it times out on its own
+            return None  # an unreachable peer cannot be told; it times out on its own
+        return ep.tag_send(_Array(msg), _api.UCXXTag(self._tag_base | _CTRL_TAG))
 
-    def _poll(self) -> None:
-        """Handle the control messages that arrived: record aborts and answers, answer queries."""
-        if self._closed or self._worker is None:
-            return
+    @staticmethod
+    def _ctrl_done(req: Any) -> bool:
+        return req.completed
+
+    def _ctrl_arrived(self) -> Iterator[Optional[np.ndarray]]:
         self._worker.progress()
         while self._ctrl_req is not None and self._ctrl_req.completed:
             try:
                 self._ctrl_req.check_error()
-                kind, peer, seq = (int(v) for v in self._ctrl_buf)
+                msg: Optional[np.ndarray] = self._ctrl_buf
             except Exception:  # noqa: BLE001 - a cancelled or failed control receive carries nothing
-                kind = 0
-            if kind == _ABORT and self._aborted_by is None:
-                self._aborted_by = peer
-            elif kind == _QUERY:
-                self._post(peer, _ANSWER)
-            elif kind == _ANSWER:
-                self._seen[peer] = seq
-            self._post_ctrl_recv()
-        self._ctrl_sends = [(r, m) for r, m in self._ctrl_sends if not r.completed]
-
-    def announce(self, seq: int) -> None:
-        self._seq = seq
-
-    def peer_aborted(self) -> Optional[int]:
-        self._poll()
-        return self._aborted_by
-
-    def arrived(self, peer: int) -> Optional[int]:
-        return self._seen.get(peer)
-
-    def survey(self, peers: List[int], seconds: float) -> None:
-        """Ask these peers which collective they are in (see MpiTransport.survey)."""
-        if self._closed:
-            return
-        self._seen = {}
-        peers = [p for p in peers if p != self.rank]
-        for p in peers:
-            self._post(p, _QUERY)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end and any(p not in self._seen for p in peers):
-            self._poll()
-            time.sleep(1e-3)
-
-    def abort(self, origin: int) -> None:
-        """Tell every peer rank ``origin`` failed (a control message each), and push the messages out."""
-        if self._closed or self._worker is None:
-            return
-        for p in range(self.size):
-            if p != self.rank:
-                self._post(p, _ABORT, origin)
-        end = time.monotonic() + 0.1  # a little progress, so the messages leave before this rank moves on
-        while self._ctrl_sends and time.monotonic() < end:
-            self._poll()
+                msg = None
+            self._post_ctrl_recv()  # a new buffer: the one yielded stays as it arrived
+            yield msg
 
     def close(self) -> None:
         if self._closed:
