@@ -455,6 +455,15 @@ def test_host_memory_fallback(world, monkeypatch):
         comm.destroy()
 
 
+def _end_together(comm):
+    """After a test that made a communicator fail on purpose: every rank gets here, then frees it."""
+    comm.mpi_comm.Barrier()
+    try:
+        comm.destroy()
+    except Exception:  # noqa: BLE001 - the communicator may be aborted
+        pass
+
+
 def test_timeout_is_reported(monkeypatch):
     """A rank that never arrives: HpcclTimeoutError within a bound, naming the collective, and the
     caller's stream is released (nothing left spinning or waiting forever)."""
@@ -489,11 +498,7 @@ def test_timeout_is_reported(monkeypatch):
                 # one node: the peers' published launch counts name every rank that never launched it
                 assert info.value.missing == list(range(1, comm.size)), str(info.value)
     finally:
-        comm.mpi_comm.Barrier()
-        try:
-            comm.destroy()
-        except Exception:  # noqa: BLE001
-            pass
+        _end_together(comm)
 
 
 def test_rank_that_stops_launching_is_named(monkeypatch):
@@ -526,9 +531,5 @@ def test_rank_that_stops_launching_is_named(monkeypatch):
             assert time.monotonic() - t0 < 15
             cupy.cuda.get_current_stream().synchronize()  # released
     finally:
-        comm.mpi_comm.Barrier()
-        try:
-            comm.destroy()
-        except Exception:  # noqa: BLE001
-            pass
+        _end_together(comm)
 
