@@ -49,46 +49,56 @@ class MpiBootstrap:
         """Before the first collective MPI call: every rank reports to rank 0, which answers once all have
         (or, at HPCCL_TIMEOUT, tells the ranks that came which ones did not), so every waiting rank names
         the ranks that never called init (MPI_Comm_idup cannot say who)."""
-        import numpy as np
         if self.size == 1:
             return
         if self.rank == 0:
-            seen = {0}
-
-            def all_in() -> bool:
-                for src in range(1, self.size):
-                    if src not in seen and c.Iprobe(source=src, tag=_TAG_HELLO):
-                        c.Recv(np.empty(1, dtype=np.int64), source=src, tag=_TAG_HELLO)
-                        seen.add(src)
-                return len(seen) == self.size
+            seen: Dict[int, Any] = {0: None}
             try:
-                self._poll(all_in, what, lambda: [r for r in range(self.size) if r not in seen],
-                           "these ranks never called it")
-                verdict = np.zeros(1, dtype=np.int64)
+                self._collect(c, range(self.size), _TAG_HELLO, seen, what, "these ranks never called it")
             except HpcclTimeoutError:
                 absent = [r for r in range(self.size) if r not in seen]
-                verdict = np.array([len(absent)] + absent, dtype=np.int64)
-                for r in sorted(seen - {0}):  # the ranks that came learn who did not, then rank 0 raises
-                    c.Isend(verdict, dest=r, tag=_TAG_WELCOME)
+                for r in sorted(seen.keys() - {0}):  # the ranks that came learn who did not; rank 0 raises
+                    c.isend(absent, dest=r, tag=_TAG_WELCOME)
                 raise
-            reqs = [c.Isend(verdict, dest=r, tag=_TAG_WELCOME) for r in range(1, self.size)]
-            self._poll(lambda: all(q.Test() for q in reqs), what, None, "a rank stopped receiving")
+            self._answer(c, range(1, self.size), [], _TAG_WELCOME, what)
         else:
-            req = c.Isend(np.zeros(1, dtype=np.int64), dest=0, tag=_TAG_HELLO)
-            st = _mpi().Status()
-            grace, self.timeout = self.timeout, self.timeout + 1.0  # time to hear rank 0's verdict
-            try:
-                self._poll(lambda: c.Iprobe(source=0, tag=_TAG_WELCOME, status=st), what, lambda: [0],
-                           "rank 0 counts every rank in and did not answer")
-            finally:
-                self.timeout = grace
-            verdict = np.empty(st.Get_count(_mpi().INT64_T) or 1, dtype=np.int64)
-            c.Recv(verdict, source=0, tag=_TAG_WELCOME)
-            if verdict[0]:
+            req = c.isend(None, dest=0, tag=_TAG_HELLO)
+            absent = self._await(c, 0, _TAG_WELCOME, what, "rank 0 counts every rank in and did not answer",
+                                 grace=1.0)  # time to hear rank 0's verdict
+            if absent:
                 req.Cancel()
-                raise HpcclTimeoutError(f"bootstrap {what}", self._seq, [int(v) for v in verdict[1:]],
-                                        self.timeout, "these ranks never called it; rank 0 counted")
+                raise HpcclTimeoutError(f"bootstrap {what}", self._seq, absent, self.timeout,
+                                        "these ranks never called it; rank 0 counted")
             req.Wait()
+
+    def _collect(self, c: Any, sources: Any, tag: int, got: Dict[int, Any], what: str,
+                 detail: str = "") -> None:
+        """Receive one object on ``tag`` from each of ``sources`` not yet in ``got`` (in any order: any
+        source first), polled against HPCCL_TIMEOUT, naming the sources that never sent."""
+        MPI = _mpi()
+        st = MPI.Status()
+        want = len(set(sources) | got.keys())
+
+        def all_in() -> bool:
+            while len(got) < want and c.iprobe(source=MPI.ANY_SOURCE, tag=tag, status=st):
+                src = st.Get_source()
+                got[src] = c.recv(source=src, tag=tag)
+            return len(got) == want
+        self._poll(all_in, what, lambda: [r for r in sources if r not in got], detail)
+
+    def _answer(self, c: Any, dests: Any, obj: Any, tag: int, what: str) -> None:
+        """Send ``obj`` to each of ``dests`` and see the sends complete, timed."""
+        reqs = [c.isend(obj, dest=r, tag=tag) for r in dests]
+        self._poll(lambda: all(q.Test() for q in reqs), what, None, "a rank stopped receiving")
+
+    def _await(self, c: Any, src: int, tag: int, what: str, detail: str, grace: float = 0.0) -> Any:
+        """The object ``src`` sends on ``tag``, polled against HPCCL_TIMEOUT (+ ``grace``), naming ``src``."""
+        timeout, self.timeout = self.timeout, self.timeout + grace
+        try:
+            self._poll(lambda: c.iprobe(source=src, tag=tag), what, lambda: [src], detail)
+        finally:
+            self.timeout = timeout
+        return c.recv(source=src, tag=tag)
 
     def _poll(self, done, what: str, missing, detail: str = "") -> None:
         start = time.monotonic()
@@ -110,21 +120,12 @@ class MpiBootstrap:
         import pickle
 
         import numpy as np
-        MPI = _mpi()
         self._seq += 1
         c = self.comm
         req = None
         if self.rank == 0:
             got: Dict[int, Any] = {0: obj}
-            st = MPI.Status()
-
-            def all_in() -> bool:
-                while len(got) < self.size and c.iprobe(source=MPI.ANY_SOURCE, tag=_TAG_UP, status=st):
-                    src = st.Get_source()
-                    got[src] = c.recv(source=src, tag=_TAG_UP)
-                return len(got) == self.size
-
-            self._poll(all_in, what, lambda: [r for r in range(self.size) if r not in got])
+            self._collect(c, range(self.size), _TAG_UP, got, what)
             table = pickle.dumps([got[r] for r in range(self.size)], protocol=pickle.HIGHEST_PROTOCOL)
             length = np.array([len(table)], dtype=np.int64)
         else:
@@ -172,24 +173,16 @@ class MpiBootstrap:
         self._seq += 1
         if self.rank == leader:
             got: Dict[int, Any] = {leader: list(exclude)}
-
-            def all_in() -> bool:
-                for src in survivors:
-                    if src not in got and c.iprobe(source=src, tag=_TAG_SHRINK_UP):
-                        got[src] = c.recv(source=src, tag=_TAG_SHRINK_UP)
-                return len(got) == len(survivors)
-            self._poll(all_in, "shrink", lambda: [r for r in survivors if r not in got],
-                       "a surviving rank did not call shrink")
+            self._collect(c, survivors, _TAG_SHRINK_UP, got, "shrink", "a surviving rank did not call shrink")
             differ = sorted(r for r, ex in got.items() if ex != list(exclude))
             verdict = None if not differ else (f"ranks {differ} excluded {[got[r] for r in differ]}, rank {leader} "
                                                f"excluded {list(exclude)}")
-            reqs = [c.isend(verdict, dest=r, tag=_TAG_SHRINK_DOWN) for r in survivors if r != leader]
-            self._poll(lambda: all(q.Test() for q in reqs), "shrink", None, "a surviving rank stopped receiving")
+            self._answer(c, [r for r in survivors if r != leader], verdict, _TAG_SHRINK_DOWN, "shrink")
         else:
             req = c.isend(list(exclude), dest=leader, tag=_TAG_SHRINK_UP)
-            self._poll(lambda: c.iprobe(source=leader, tag=_TAG_SHRINK_DOWN), "shrink", lambda: [leader],
-                       f"rank {leader} gathers the survivors' lists; it or another survivor has not arrived")
-            verdict = c.recv(source=leader, tag=_TAG_SHRINK_DOWN)
+            verdict = self._await(c, leader, _TAG_SHRINK_DOWN, "shrink",
+                                  f"rank {leader} gathers the survivors' lists; it or another survivor has not "
+                                  "arrived")
             req.Wait()
         if verdict is not None:
             raise HpcclInvalidArgument("exclude", f"the surviving ranks disagree on whom to exclude: {verdict}")
