@@ -30,21 +30,18 @@ from ..ops import AVG, MAX, MIN, PROD, SUM
 
 BACKEND = "hpccl"
 
-_RED = {
-    dist.ReduceOp.SUM: SUM, dist.ReduceOp.PRODUCT: PROD, dist.ReduceOp.MIN: MIN, dist.ReduceOp.MAX: MAX,
-    dist.ReduceOp.AVG: AVG,
-}
-_RED_BY_TYPE = {dist.ReduceOp.RedOpType.SUM: SUM, dist.ReduceOp.RedOpType.PRODUCT: PROD,
-                dist.ReduceOp.RedOpType.MIN: MIN, dist.ReduceOp.RedOpType.MAX: MAX, dist.ReduceOp.RedOpType.AVG: AVG}
+_T = dist.ReduceOp.RedOpType
+_RED = {_T.SUM: SUM, _T.PRODUCT: PROD, _T.MIN: MIN, _T.MAX: MAX, _T.AVG: AVG}
 
 
 def _op(opts: Any) -> Tuple[Any, Optional[float]]:
     """(hpccl op, premul factor or None): PREMUL_SUM is a SUM of inputs scaled by its factor."""
     r = opts.reduceOp
-    ours = _RED_BY_TYPE.get(getattr(r, "op", None))
+    kind = getattr(r, "op", r)  # a ReduceOp carries its RedOpType
+    ours = _RED.get(kind)
     if ours is not None:
         return ours, None
-    if getattr(r, "op", None) == dist.ReduceOp.RedOpType.PREMUL_SUM:
+    if kind == _T.PREMUL_SUM:
         f = getattr(r, "factor", None)
         if f is None:  # torch <= 2.12 exposes the factor only through the op's pickled state
             try:
@@ -54,15 +51,12 @@ def _op(opts: Any) -> Tuple[Any, Optional[float]]:
         if f is None:
             raise HpcclInvalidArgument("op", "PREMUL_SUM without a readable factor in this torch version")
         return SUM, float(f.item() if isinstance(f, torch.Tensor) else f)
-    for torch_op, ours in _RED.items():
-        if r == torch_op:
-            return ours, None
     raise HpcclInvalidArgument("op", f"torch ReduceOp {r} is not supported by hpccl (SUM, PRODUCT, MIN, MAX, "
                                      "AVG, PREMUL_SUM)")
 
 
 def _is_premul(opts: Any) -> bool:
-    return getattr(opts.reduceOp, "op", None) == dist.ReduceOp.RedOpType.PREMUL_SUM
+    return getattr(opts.reduceOp, "op", opts.reduceOp) == _T.PREMUL_SUM
 
 
 def _scaled(t: torch.Tensor, factor: Optional[float]) -> torch.Tensor:
