@@ -139,3 +139,14 @@ def run_pytest_mpi(n: int, paths: List[str], suite: str, env: Optional[Dict[str,
     summary: passed, skipped, skips."""
     proc = run_mpi(n, PYTEST_MPI_ARGS + list(extra) + list(paths), env=env, timeout=timeout)
     return check_sub_suite(proc, suite, ranks=n)
+
+
+def start_plain(n: int, script: str, store_dir, env: Optional[Dict[str, str]] = None) -> List[subprocess.Popen]:
+    """Start ``python script`` as n plain processes (no MPI launcher, so none tears the others down when one
+    dies), bootstrapped over a directory store: RANK, SIZE and STORE_DIR set, MPI launcher variables
+    removed; stdout and stderr merged."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
+    e.update(SIZE=str(n), STORE_DIR=str(store_dir), PYTHONPATH=str(ROOT) + os.pathsep + e.get("PYTHONPATH", ""))
+    e.update(env or {})
+    return [subprocess.Popen([sys.executable, script], cwd=ROOT, env=dict(e, RANK=str(r)), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for r in range(n)]

@@ -9,21 +9,16 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 
-from mpirun import ROOT, results, shm_snapshot
+from mpirun import results, shm_snapshot, start_plain
 
 ROUNDS = int(os.environ.get("HPCCL_TEST_INJECTIONS", "100"))
 
 
 def _round(tmp, seed: int, rnd: random.Random) -> dict:
     n = 3
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
-    env.update(HPCCL_TIMEOUT="30", SIZE=str(n), STORE_DIR=str(tmp), SEED=str(seed),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, "tests/scripts/chaos_rank.py"], cwd=ROOT, env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    procs = start_plain(n, "tests/scripts/chaos_rank.py", tmp, {"HPCCL_TIMEOUT": "30", "SEED": str(seed)})
     deadline = time.monotonic() + 60
     while not all((tmp / f"ready{r}").exists() for r in range(n)):
         assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a rank failed at init"

@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 
-from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_snapshot
+from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_snapshot, start_plain
 
 
 @pytest.mark.parametrize("n,algo", [(2, ""), (3, "ring"), (4, "twoshot"), (3, "tree")])
@@ -88,17 +88,9 @@ def test_killed_rank_leaves_no_shared_memory():
 def test_rank_killed_inside_shm_setup_leaves_no_segment(tmp_path):
     """A rank SIGKILLed between creating its segment and its peers mapping it (the one window in which
     nothing has unlinked it yet): the survivors time out naming it and unlink its segment for it."""
-    import os
-    import subprocess
-    import sys
-    from mpirun import ROOT
     n = 3
     before = {f for f in shm_snapshot() if f.startswith("hpccl-")}
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
-    env.update(HPCCL_TIMEOUT="2", SIZE=str(n), STORE_DIR=str(tmp_path),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
-    procs = [subprocess.Popen([sys.executable, "tests/scripts/die_in_setup.py"], cwd=ROOT, env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    procs = start_plain(n, "tests/scripts/die_in_setup.py", tmp_path, {"HPCCL_TIMEOUT": "2"})
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert procs[-1].returncode == -9, outs[-1][-2000:]
     rows = [row for out in outs[:-1] for row in results(out)]
@@ -128,17 +120,11 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     every survivor fails within a second (HPCCL_TIMEOUT is 30 s) naming exactly the dead rank, seen gone
     by its pid (one node) or by UCX's peer-failure handling (every rank its own node, UCX over TCP), or
     passed on as the abort of the rank that saw it. Nothing left in /dev/shm or running."""
-    import os
     import subprocess
-    import sys
-    from mpirun import ROOT
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
-    env.update(HPCCL_TIMEOUT="30", SIZE=str(n), STORE_DIR=str(tmp_path),
-               PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""))
+    env = {"HPCCL_TIMEOUT": "30"}
     if layout == "ucx-tcp":
         env.update(HPCCL_NODE_ID="split:1", HPCCL_UCX_TLS="tcp,self")
-    procs = [subprocess.Popen([sys.executable, "tests/scripts/die_peer.py"], cwd=ROOT, env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(n)]
+    procs = start_plain(n, "tests/scripts/die_peer.py", tmp_path, env)
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert procs[-1].returncode == -9, outs[-1][-2000:]
     rows = [row for out in outs[:-1] for row in results(out)]
