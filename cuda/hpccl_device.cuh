@@ -22,7 +22,8 @@ typedef unsigned int u32;
 #define HPCCL_CTR_RECV (HPCCL_CTR_SEND + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)  // [peer][block]
 #define HPCCL_FLAG_WORDS (HPCCL_CTR_RECV + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)
 
-#define HPCCL_ERR_TIMEOUT 1u
+#define HPCCL_ERR_TIMEOUT 1u  // this rank's wait timed out
+#define HPCCL_ERR_ABORT 2u    // a rank of the node aborted (set by its host, hpccl/transport/shm.py)
 
 struct CommArgs {
   const char* send;      // this rank's input
@@ -36,7 +37,7 @@ struct CommArgs {
   u64 timeout_ns;        // a wait longer than this sets *err and ends the kernel
   char* stage[HPCCL_MAX_RANKS];  // every rank's buffer, mapped into this process
   u32* flags[HPCCL_MAX_RANKS];   // every rank's flag area, mapped into this process
-  u32* err;              // host-mapped error word (0: fine)
+  u32* err;              // host-mapped error word (0: fine), in this rank's shared-memory header
   int rank;
   int nranks;
   int root;              // broadcast/reduce root, -1 otherwise

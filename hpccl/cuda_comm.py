@@ -18,9 +18,9 @@ import ctypes
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import config, log
-from .errors import HpcclInvalidUsage, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
+from .errors import HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
 from .transport.shm import _I_DEVSEQ
-from .kernels import (DTYPE_IDS, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS, CommArgs, Driver,
+from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS, CommArgs, Driver,
                       Kernels, Launch, P2PArgs)
 from .memory.cuda import DeviceMemory, device_view, stream_handle
 from .ops import ReduceOp
@@ -79,22 +79,24 @@ class CudaComm:
         self.peers = PeerMemory(comm._boot, comm.rank, n, device, config.get("HPCCL_CUDA_BUFFER_SIZE"),
                                 config.get("HPCCL_CUDA_TRANSPORT"))
         lay = self.peers.layout
+        self.driver = Driver.get()
+        shm = next((t for t in comm._transports if hasattr(t, "launched")), None)
+        self._shm = shm  # peers' launch counts, read when a kernel's wait times out
+        self._pub = shm.device_counter() if shm is not None else None  # where this rank publishes its own
         with cupy.cuda.Device(device):
-            self._err_ptr = rt.hostAlloc(64, rt.hostAllocMapped | rt.hostAllocPortable)
-        ctypes.memset(self._err_ptr, 0, 64)
-        self._err = ctypes.c_uint32.from_address(self._err_ptr)
+            err_host, self._err_dev, self._err_page, self.abort_word = self._error_word(shm)
+        self._err = ctypes.c_uint32.from_address(err_host)
         a = self.args = CommArgs()
         a.slot, a.p2p_off, a.p2p_slot = lay.slot, lay.p2p_off, lay.p2p_slot
         a.timeout_ns = int(config.get("HPCCL_TIMEOUT") * 1e9)
         for r in range(n):
             a.stage[r] = self.peers.stage[r]
             a.flags[r] = self.peers.flags[r]
-        a.err = self._err_ptr
+        a.err = self._err_dev
         a.rank, a.nranks, a.root = self.rank, n, -1
         self.rstride = ctypes.c_uint64(0)
         self.p2p_args = P2PArgs()
         ctypes.memmove(ctypes.addressof(self.p2p_args.c), ctypes.addressof(a), ctypes.sizeof(CommArgs))
-        self.driver = Driver.get()
         self.kernels = Kernels.for_device(device)
         self.threads = max(64, min(512, config.get("HPCCL_CUDA_THREADS")))
         self.maxb = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS")))
@@ -107,9 +109,6 @@ class CudaComm:
         self._tail_h = ctypes.c_void_p(self._tail.ptr)
         self._tail_live = False
         self._seq = 0
-        shm = next((t for t in comm._transports if hasattr(t, "launched")), None)
-        self._shm = shm  # peers' launch counts, read when a kernel's wait times out
-        self._pub = shm.device_counter() if shm is not None else None  # where this rank publishes its own
         self.last: Optional[Tuple[Launch, Optional[str]]] = None
         self._what = "idle"  # the last collective enqueued (named when a later check finds a failure)
         # fast path: launches snapshotted per (collective, buffers, dtype, op, root, stream)
@@ -124,6 +123,27 @@ class CudaComm:
         # compile the dtype-free kernels now, while every rank is here anyway
         self.kernels.func("hp_copy_push")
         log.info("INIT", "CUDA path rank %d/%d on GPU %d over %s", self.rank, n, device, self.transport)
+
+    def _error_word(self, shm: Any) -> Tuple[int, int, int, str]:
+        """(host address, device address, registered page or 0, "shared"/"private") of the word this
+        rank's kernels poll. Shared: in this rank's shared-memory header, where any local rank's abort
+        writes it, so peers' kernels exit at once. Private (no shared-memory transport, or the page cannot
+        be registered): a pinned word of this process; peers' kernels then end only at their timeout."""
+        if shm is not None:
+            host = shm.gpu_error_word()
+            page = host & ~4095
+            try:
+                self.driver.host_register(page, 4096)
+                return host, self.driver.host_device_pointer(host), page, "shared"
+            except HpcclSystemError as exc:
+                log.warn("INIT", "GPU abort word stays private (%s): a peer's abort will not stop this "
+                         "rank's kernels before HPCCL_TIMEOUT", exc)
+        import cupy
+        rt = cupy.cuda.runtime
+        host = rt.hostAlloc(64, rt.hostAllocMapped | rt.hostAllocPortable)
+        ctypes.memset(host, 0, 64)
+        self._private_err = host
+        return host, host, 0, "private"
 
     # ----- plumbing -----------------------------------------------------------------------------------
     def _launch(self, name: str, dt: Optional[int], grid: int, kind: str) -> Launch:
@@ -170,10 +190,20 @@ class CudaComm:
         self._failed = True
         self._live = False
         self._fast.clear()
+        origin = self.comm._peer_aborted() if code == ERR_ABORT else None
         try:
-            self.comm.abort()
+            self.comm.abort(origin)
         except Exception:  # noqa: BLE001
             pass
+        if code == ERR_ABORT:
+            if origin is None:  # this rank's own abort (revoke) stopped its kernels
+                raise HpcclInvalidUsage(f"{what}: the communicator was aborted on this rank; its GPU work "
+                                        "was stopped")
+            behind = self.never_launched()
+            others = [p for p in range(self.comm.size) if p != self.comm.rank]
+            raise HpcclRemoteError.aborted(self._what if what == "synchronize" else what, self._seq, origin,
+                                           behind or others,
+                                           f"; rank(s) that never launched it: {behind}" if behind else "")
         if code == ERR_TIMEOUT:
             behind = self.never_launched()
             raise HpcclTimeoutError(self._what if what == "synchronize" else what, self._seq, behind,
@@ -420,7 +450,10 @@ class CudaComm:
             pass
         self.peers.close()
         try:
-            cupy.cuda.runtime.freeHost(self._err_ptr)
+            if self._err_page:
+                self.driver.host_unregister(ctypes.c_void_p(self._err_page))
+            else:
+                cupy.cuda.runtime.freeHost(self._private_err)
         except Exception:  # noqa: BLE001
             pass
         self._closed = True

@@ -18,6 +18,7 @@ MAX_RANKS = 8
 MAX_BLOCKS = 64
 MAX_P2P_OPS = 16
 ERR_TIMEOUT = 1
+ERR_ABORT = 2  # set by a rank's abort in every local rank's error word (hpccl/transport/shm.py)
 # word offsets in a rank's flag area (cuda/hpccl_device.cuh)
 FL_COLL = 0
 CTR_SEND = 3 * MAX_RANKS * MAX_BLOCKS + MAX_BLOCKS
@@ -152,6 +153,8 @@ class Driver:
         u = ctypes.c_uint
         self.launch_fn = fn("cuLaunchKernel", P, u, u, u, u, u, u, u, P, P, P)
         self._host_dptr = fn("cuMemHostGetDevicePointer_v2", ctypes.POINTER(U64), P, u)
+        self._host_register = fn("cuMemHostRegister_v2", P, ctypes.c_size_t, u)
+        self.host_unregister = fn("cuMemHostUnregister", P)
         self.wait_value32 = fn("cuStreamWaitValue32_v2", P, U64, ctypes.c_uint32, u)
         self.event_record = fn("cuEventRecord", P, P)
         self.stream_wait_event = fn("cuStreamWaitEvent", P, P, u)
@@ -182,6 +185,12 @@ class Driver:
         if self._errname(code, ctypes.byref(s)) == 0 and s.value:
             return s.value.decode()
         return f"CUresult {code}"
+
+    def host_register(self, hptr: int, nbytes: int) -> None:
+        """Pin host pages (page-aligned) and map them for every context (PORTABLE | DEVICEMAP)."""
+        rc = self._host_register(ctypes.c_void_p(hptr), nbytes, 3)
+        if rc:
+            raise HpcclSystemError(f"cuMemHostRegister failed: {self.error_name(rc)}")
 
     def host_device_pointer(self, hptr: int) -> int:
         d = ctypes.c_uint64()

@@ -74,6 +74,8 @@ def test_abort_reaches_every_peer_naming_the_failed_rank(layout):
         assert row["error"] == "HpcclRemoteError" and row["code"] == 8, row
         assert f"rank {n - 1} failed" in row["message"] and "all_reduce #2" in row["message"], row
         assert row["seconds"] < 0.3 + 1.0, row  # the failing rank aborts 0.3 s into the collective
+    if layout == "shm":  # the abort also set every rank's GPU error word (kernels would exit at once)
+        assert sorted(row.get("gpu_word") for row in results(proc.stdout)) == [2] * n, proc.stdout[-3000:]
     assert shm_leftovers() == []
 
 

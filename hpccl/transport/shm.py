@@ -33,6 +33,11 @@ _I_MAGIC, _I_ARRIVED, _I_ABORT, _I_BARRIER = 0, 8, 16, 24
 # table of exposed buffers (address, bytes) x 4
 _I_PID, _I_HDRADDR, _I_PROBE, _I_EXPOSE, _EXPOSE_MAX = 32, 33, 34, 40, 4
 _I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names who never launched one)
+# the error word this rank's GPU kernels poll (its low 32 bits; the page is registered with CUDA by the GPU
+# engine): a kernel's own timeout sets it, and any local rank's abort sets every rank's, so kernels spinning
+# on a peer that failed exit within microseconds instead of at HPCCL_TIMEOUT
+_I_GPUERR = 48
+GPU_ERR_ABORT = 2  # cuda/hpccl_device.cuh HPCCL_ERR_ABORT
 
 _live_paths: Set[str] = set()
 
@@ -379,6 +384,10 @@ class ShmTransport(Transport):
         """This rank's launch counter in its segment (the GPU engine stores its kernel count there)."""
         return self._segs[self.rank].q
 
+    def gpu_error_word(self) -> int:
+        """Address of this rank's GPU error word (a u32 at the start of an int64 header slot)."""
+        return self._segs[self.rank].u8.ctypes.data + 8 * _I_GPUERR
+
     def launched(self, peer: int) -> Optional[int]:
         """How many GPU kernels ``peer`` has launched on this communicator, if it is on this node."""
         seg = self._segs.get(peer)
@@ -399,8 +408,13 @@ class ShmTransport(Transport):
         return None
 
     def abort(self, origin: int) -> None:
+        """Publish the failure (the origin first, so a rank woken by its GPU word can name it), then stop
+        every local rank's GPU kernels, this rank's included (revoke: nothing left spinning before destroy)."""
         if self.rank in self._segs:
             self._segs[self.rank].q[_I_ABORT] = origin + 1
+        for seg in self._segs.values():
+            if seg.q[_I_GPUERR] == 0:
+                seg.q[_I_GPUERR] = GPU_ERR_ABORT
 
     def close(self) -> None:
         self._unlink()

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from hpccl.errors import HpcclInvalidArgument, HpcclTimeoutError, HpcclUnsupported
+from hpccl.errors import HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
 from gpu_util import (FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev,
@@ -524,12 +524,57 @@ def test_rank_that_stops_launching_is_named(monkeypatch):
                     break
                 comm.all_reduce(x)
             comm.synchronize()
-        except HpcclTimeoutError as exc:
+        except (HpcclTimeoutError, HpcclRemoteError) as exc:
             err = exc
         if r != n - 1:
-            assert err is not None and err.missing == [n - 1], err
+            # the first rank to time out names it; a rank whose kernel that rank's abort stopped first
+            # names it too (HpcclRemoteError: who aborted, and who never launched the call)
+            named = err.missing if isinstance(err, HpcclTimeoutError) else err.awaited
+            assert err is not None and named == [n - 1], err
             assert time.monotonic() - t0 < 15
             cupy.cuda.get_current_stream().synchronize()  # released
+    finally:
+        _end_together(comm)
+
+
+def test_abort_stops_peer_kernels_at_once(monkeypatch):
+    """Issue 11: a rank that aborts (revoke) while its peers' kernels spin waiting for it: their kernels
+    exit within 100 ms through the shared GPU error word (not at HPCCL_TIMEOUT, 30 s here), and the error
+    names the rank that aborted."""
+    import cupy
+    import hpccl
+    monkeypatch.setenv("HPCCL_TIMEOUT", "30")
+    comm = hpccl.Communicator()
+    if comm.size < 2 or comm.num_nodes > 1 or comm.local_size < 2:
+        comm.destroy()
+        pytest.skip("needs 2 or more ranks on one node (the abort word lives in shared memory)")
+    n, r, world = comm.size, comm.rank, comm.mpi_comm
+    try:
+        x = cupy.ones(1 << 12, dtype=cupy.float32)
+        for _ in range(3):
+            comm.all_reduce(x)
+        comm.synchronize()
+        if not os.environ.get("HPCCL_TRANSPORT"):
+            assert comm._dev.engine.abort_word == "shared"
+        t_abort = t_exit = 0.0
+        err = None
+        if r == n - 1:
+            time.sleep(1.0)  # the peers' kernels are spinning on this rank by now
+            t_abort = time.time()
+            comm.revoke()
+        else:
+            comm.all_reduce(x)
+            cupy.cuda.get_current_stream().synchronize()  # returns when the kernel exits
+            t_exit = time.time()
+            try:
+                comm.synchronize()
+            except HpcclRemoteError as exc:
+                err = exc
+        t_abort = max(world.allgather(t_abort))
+        if r != n - 1:
+            assert err is not None and err.rank == n - 1 and "all_reduce" in str(err), err
+            assert t_exit - t_abort < 0.1, f"kernel exited {t_exit - t_abort:.3f} s after the abort"
+            print(f"rank {r}: kernel exited {1e3 * (t_exit - t_abort):.2f} ms after rank {n - 1}'s abort")
     finally:
         _end_together(comm)
 

@@ -1,5 +1,6 @@
 """One rank fails between collectives (its communicator aborts): the others, inside the next collective,
 must fail fast with HpcclRemoteError naming it, long before HPCCL_TIMEOUT."""
+import ctypes
 import json
 import time
 
@@ -24,5 +25,8 @@ else:
     except hpccl.HpcclError as exc:
         result.update(error=type(exc).__name__, message=str(exc), code=exc.code)
     result["seconds"] = time.monotonic() - t0
+shm = next((t for t in comm._transports if hasattr(t, "gpu_error_word")), None)
+if shm is not None:  # the word this rank's GPU kernels would poll: every local abort sets it
+    result["gpu_word"] = ctypes.c_uint32.from_address(shm.gpu_error_word()).value
 print("RESULT " + json.dumps(result), flush=True)
 comm.destroy()
