@@ -25,6 +25,8 @@ from .errors import (HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclR
 from .interop import CUDA, HOST, memory_kind
 from .memory import host
 from .ops import AVG, SUM, ReduceOp, as_op, check_op_dtype
+from . import hotpath
+from .hotpath import OPCODE
 from .primitives import Primitives
 from .progress import Waiter
 from .recorder import Recorder
@@ -116,6 +118,14 @@ class Communicator:
         self.layout = Layout(self.num_nodes, self.local_size, len(sizes) == 1, window is not None,
                              self._prim.single_copy)
         self._tuner = Tuner(self._path, self.size, self.local_size, self.num_nodes)
+        self._hot: Any = None  # the compiled hot path (hpccl/hotpath.py) over the node's segments
+        self._hot_colls: frozenset = frozenset()  # collectives it serves (not those HPCCL_ALGO forces elsewhere)
+        self._front: Dict[str, Any] = {}  # the same, taken before Python validation (plain numpy arrays)
+        if shm is not None and self.num_nodes == 1:
+            self._hot = hotpath.attach(shm, self.rank, spin)
+        if self._hot is not None:
+            self._tuner.on_force = self._hot_refresh
+            self._hot_refresh()
         if config.get("HPCCL_CHECK_ENV"):
             self._check_env(shm)
         self.setup_seconds = time.perf_counter() - t0
@@ -270,6 +280,7 @@ class Communicator:
         they stop waiting; ``origin`` is the rank whose failure this passes on (default: this rank)."""
         if not self._aborted:
             self._aborted = True
+            self._front = {}
             self._rec.dump(f"abort in {self._waiter.collective} #{self._seq}"
                            + ("" if origin is None or origin == self.rank else f", passed on from rank {origin}"))
             if self._dev is not None and self._dev.engine is not None:
@@ -285,6 +296,10 @@ class Communicator:
         """Release shared memory, endpoints and the private MPI communicator; safe to call twice."""
         if self._destroyed:
             return
+        self._front = {}
+        if self._hot is not None:
+            self._hot.cancel()
+            self._hot = None
         if self._dev is not None:
             self._dev.close()
             self._dev = None
@@ -362,6 +377,13 @@ class Communicator:
     # ----- running ---------------------------------------------------------------------------------
     def algorithms(self, coll: str, kind: str = HOST) -> List[str]:
         """The algorithms this communicator can run for ``coll`` on ``kind`` memory ('host' or 'cuda')."""
+        names = self._modelled(coll, kind)
+        if self._hot is not None and kind == HOST and coll in hotpath.COLLECTIVES:
+            return names + ["hot"]  # the compiled path (up to HPCCL_HOT_SIZE bytes per rank)
+        return names
+
+    def _modelled(self, coll: str, kind: str) -> List[str]:
+        """The table's algorithms for ``coll`` on this layout: the ones the cost model chooses among."""
         names = self._eligible.get((coll, kind))
         if names is None:
             names = self._eligible[(coll, kind)] = eligible(coll, kind, self.layout)
@@ -461,15 +483,66 @@ class Communicator:
             self._run(call)
 
     def _choose(self, coll: str, nbytes: int, kind: str) -> str:
-        algo = self._tuner.choose(coll, nbytes, self.algorithms(coll, kind), kind)
+        algo = self._tuner.choose(coll, nbytes, self._modelled(coll, kind), kind)
         self._rec.algo(algo)
         if self._trace:
             log.trace("COLL", "%s #%d %d B %s algo %s", coll, self._seq, nbytes, kind, algo)
         return algo
 
+    def _hot_refresh(self) -> None:
+        """Which collectives the hot path serves: all it can, but not one HPCCL_ALGO (or a benchmark's
+        force) pins to another algorithm; the front door also steps aside for HPCCL_CHECK and the flight
+        recorder's dumps, which need every call to pass through Python."""
+        if self._hot is None or self._aborted or self._destroyed:
+            return
+        ov = self._tuner.override
+        self._hot_colls = frozenset(c for c in hotpath.COLLECTIVES if (ov.get(c) or ov.get("*")) in (None, "hot"))
+        self._front = {} if self._check_calls or self._rec.dump_dir else {c: self._hot for c in self._hot_colls}
+
+    def _hot_done(self, rc: int, coll: str) -> None:
+        """A call the hot path took from the front door: count it, and finish its wait if it is pending
+        (the Waiter's timeout, abort and dead-peer checks; a failure is named and aborts as in _run)."""
+        self._seq += 1
+        if rc == 0:
+            return
+        self._waiter.collective, self._waiter.seq = coll, self._seq
+        try:
+            self._waiter.wait(self._hot.resume, self._hot.waiting)
+        except HpcclError as exc:
+            self._hot.cancel()
+            exc = self._named(exc, coll)
+            self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+            raise exc from None
+
+    def _hot_run(self, call: "Call") -> bool:
+        """Run a validated host call on the hot path; False when it declines (a dtype or size it does not
+        take: the same on every rank, so every rank runs the Python algorithm instead)."""
+        hot, coll, a = self._hot, call.coll, call.args
+        if coll == "all_reduce" or coll == "reduce_scatter":
+            recv = None if a[1] is a[0] else a[1]
+            rc = getattr(hot, coll)(a[0], recv, OPCODE[a[2]], self._seq)
+        elif coll == "all_gather":
+            rc = hot.all_gather(a[0], a[1], self._seq)
+        elif coll == "broadcast":
+            rc = hot.broadcast(a[0], None if a[1] is a[0] else a[1], a[2], self._seq)
+        else:
+            rc = hot.barrier(self._seq)
+        if rc < 0:
+            return False
+        self._rec.algo("hot")
+        if rc:
+            try:
+                self._waiter.wait(hot.resume, hot.waiting)
+            except BaseException:
+                hot.cancel()
+                raise
+        return True
+
     def _collective(self, call: "Call") -> None:
         """Run a validated collective Call on host memory: the chosen algorithm, then the op's last step."""
         coll, args = call.coll, call.args
+        if coll in self._hot_colls and self._hot_run(call):
+            return
         algo = self._choose(coll, call.nbytes, HOST)
         if algo == "hier":
             hier.run(self, coll, *args)
@@ -561,6 +634,12 @@ class Communicator:
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
         """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
+        hot = self._front.get("all_reduce")
+        if hot is not None and type(sendbuf) is np.ndarray and self._group is None:
+            rc = hot.all_reduce(sendbuf, recvbuf, OPCODE.get(op, -1), self._seq + 1)
+            if rc >= 0:
+                self._hot_done(rc, "all_reduce")
+                return sendbuf if recvbuf is None else recvbuf
         key = None
         if self._dev is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("ar", sendbuf, recvbuf, op, -1, stream)
@@ -620,6 +699,12 @@ class Communicator:
 
     def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None, stream: Any = None) -> Any:
         """Root's buf reaches every rank: in place in buf, or into recvbuf when given."""
+        hot = self._front.get("broadcast")
+        if hot is not None and type(buf) is np.ndarray and self._group is None and type(root) is int:
+            rc = hot.broadcast(buf, recvbuf, root, self._seq + 1)
+            if rc >= 0:
+                self._hot_done(rc, "broadcast")
+                return buf if recvbuf is None else recvbuf
         key = None
         if self._dev is not None and type(buf) is not np.ndarray:
             key = self._fast("bc", buf, recvbuf, None, root, stream)
@@ -645,6 +730,12 @@ class Communicator:
     def all_gather(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """recvbuf holds every rank's sendbuf in rank order (size x count); allocated when None.
         In place when sendbuf is recvbuf's own block (recvbuf[rank*count:(rank+1)*count])."""
+        hot = self._front.get("all_gather")
+        if hot is not None and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and self._group is None:
+            rc = hot.all_gather(sendbuf, recvbuf, self._seq + 1)
+            if rc >= 0:
+                self._hot_done(rc, "all_gather")
+                return recvbuf
         key = None
         if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("ag", sendbuf, recvbuf, None, -1, stream)
@@ -667,6 +758,12 @@ class Communicator:
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
                        stream: Any = None) -> Any:
         """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
+        hot = self._front.get("reduce_scatter")
+        if hot is not None and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and self._group is None:
+            rc = hot.reduce_scatter(sendbuf, recvbuf, OPCODE.get(op, -1), self._seq + 1)
+            if rc >= 0:
+                self._hot_done(rc, "reduce_scatter")
+                return recvbuf
         key = None
         if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("rs", sendbuf, recvbuf, op, -1, stream)
@@ -796,6 +893,8 @@ class Communicator:
         self._submit(Call("barrier", host, None, 0, (), fn=Communicator._host_barrier))
 
     def _host_barrier(self, call: "Call") -> None:
+        if "barrier" in self._hot_colls and self._hot_run(call):
+            return
         if self._prim.window is not None:
             self._prim.barrier_window()
         else:

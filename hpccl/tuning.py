@@ -228,6 +228,7 @@ class Tuner:
         cpus = os.cpu_count() or 1
         self.share = max(1.0, local_ranks / cpus)
         self.override = _parse_override(config.get("HPCCL_ALGO"))
+        self.on_force: Optional[Callable[[], None]] = None  # told when force() changes the override
         self._cache: Dict[tuple, str] = {}
         self._warned: set = set()
 
@@ -238,6 +239,8 @@ class Tuner:
         else:
             self.override[coll] = algo
         self._cache.clear()
+        if self.on_force is not None:
+            self.on_force()
 
     def predict(self, coll: str, algo: str, nbytes: int, kind: str = "host") -> float:
         N = float(nbytes)

@@ -19,6 +19,7 @@ CASES = [
     *[(n, "tests/mpi/mpi_errors.py", {}, f"errors-{n}") for n in (1, 2, 3, 4)],
     *[(n, "tests/mpi/mpi_large.py", {}, f"large-{n}") for n in (2, 4)],
     *[(n, "tests/mpi/mpi_split.py", {}, f"split-{n}") for n in (2, 3, 4)],
+    *[(n, "tests/mpi/mpi_hotpath.py", {}, f"hotpath-{n}") for n in (2, 3, 4)],
 ]
 
 

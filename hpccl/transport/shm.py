@@ -37,6 +37,7 @@ _I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names 
 # engine): a kernel's own timeout sets it, and any local rank's abort sets every rank's, so kernels spinning
 # on a peer that failed exit within microseconds instead of at HPCCL_TIMEOUT
 _I_GPUERR = 48
+_I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotpath.c)
 GPU_ERR_ABORT = 2  # cuda/hpccl_device.cuh HPCCL_ERR_ABORT
 
 _live_paths: Set[str] = set()
@@ -61,13 +62,14 @@ def _round(n: int, to: int) -> int:
 class _Layout:
     """Byte offsets inside one rank's segment, the same for every rank of a communicator."""
 
-    def __init__(self, nlocal: int, slots: int, slot_size: int, window: int) -> None:
-        self.slots, self.slot_size, self.window = slots, slot_size, window
+    def __init__(self, nlocal: int, slots: int, slot_size: int, window: int, hot: int = 0) -> None:
+        self.slots, self.slot_size, self.window, self.hot = slots, slot_size, window, hot
         self.ctrl_stride = _round(2 * _LINE + 16 * slots, _LINE)
         self.ctrl_off = _HDR
         self.data_off = _round(self.ctrl_off + nlocal * self.ctrl_stride, 4096)
         self.win_off = _round(self.data_off + nlocal * slots * slot_size, 4096)
-        self.total = _round(self.win_off + window, 4096)
+        self.hot_off = _round(self.win_off + window, 4096)  # the hot path's two slots of ``hot`` bytes
+        self.total = _round(self.hot_off + 2 * hot, 4096)
 
     def head(self, src: int) -> int:   # int64 index of the channel src -> owner: chunks posted
         return (self.ctrl_off + src * self.ctrl_stride) // 8
@@ -291,7 +293,8 @@ class ShmTransport(Transport):
         if slot_size < 4096 or slot_size % 64:
             raise HpcclInvalidArgument("HPCCL_SHM_SLOT_SIZE", f"{slot_size} must be >= 4096 and a multiple of 64")
         window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
-        self._lay = _Layout(len(self.ranks), config.get("HPCCL_SHM_SLOTS"), slot_size, window)
+        hot = _round(max(config.get("HPCCL_HOT_SIZE"), 0), 64)
+        self._lay = _Layout(len(self.ranks), config.get("HPCCL_SHM_SLOTS"), slot_size, window, hot)
         self.segment_bytes = self._lay.total
         base = f"/dev/shm/hpccl-{os.getuid()}-{tag}-"
         self._path = base + str(self.local)
@@ -343,7 +346,8 @@ class ShmTransport(Transport):
     def segment_size(nlocal: int) -> int:
         """Bytes of one rank's segment for ``nlocal`` ranks on the node, with the configured slots."""
         window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
-        return _Layout(nlocal, config.get("HPCCL_SHM_SLOTS"), config.get("HPCCL_SHM_SLOT_SIZE"), window).total
+        hot = _round(max(config.get("HPCCL_HOT_SIZE"), 0), 64)
+        return _Layout(nlocal, config.get("HPCCL_SHM_SLOTS"), config.get("HPCCL_SHM_SLOT_SIZE"), window, hot).total
 
     @staticmethod
     def new_tag() -> str:
@@ -383,6 +387,13 @@ class ShmTransport(Transport):
     def device_counter(self) -> Any:
         """This rank's launch counter in its segment (the GPU engine stores its kernel count there)."""
         return self._segs[self.rank].q
+
+    def hot_layout(self) -> tuple:
+        """What the compiled hot path needs: every rank's segment address (in rank order), the byte offsets
+        of the arrival counter, the hot-path counter and the two slots, and the bytes per slot."""
+        lay = self._lay
+        return ([self._segs[r].u8.ctypes.data for r in self.ranks], 8 * _I_ARRIVED, 8 * _I_HOT, lay.hot_off,
+                lay.hot)
 
     def gpu_error_word(self) -> int:
         """Address of this rank's GPU error word (a u32 at the start of an int64 header slot)."""

@@ -6,6 +6,7 @@ from typing import List
 import numpy as np
 
 import hpccl
+from hpccl import config
 from hpccl.algorithms import ALGORITHMS, hier
 from hpccl.ops import AVG, DTYPES, FLOATING, MAX, MIN, PROD, SUM, ReduceOp
 
@@ -45,7 +46,10 @@ def close(got: np.ndarray, want: np.ndarray, op: ReduceOp) -> bool:
 def algorithms(comm: hpccl.Communicator, coll: str) -> List[str]:
     """Every algorithm this communicator can run for coll, checked against the table itself."""
     names = comm.algorithms(coll)
-    assert set(names) - {"hier"} <= set(ALGORITHMS[coll])
+    assert set(names) - {"hier", "hot"} <= set(ALGORITHMS[coll])
+    # the compiled hot path serves one node's shared memory wherever it was built (always in CI)
+    assert ("hot" in names) == (comm.num_nodes == 1 and comm.local_size > 1
+                                and not comm._force_mpi and config.get("HPCCL_HOT_SIZE") > 0), names
     assert ("hier" in names) == (comm.num_nodes > 1 and hier.supports(comm, coll))
     return names
 

@@ -1,0 +1,381 @@
+/* hpccl's compiled hot path for small host-memory collectives among the ranks of one node.
+
+   Python costs several microseconds per call in validation, dispatch and flag polling, more than the
+   data movement of a small collective. Here one C call validates the buffers, copies this rank's data
+   into its shared-memory "hot" slot, publishes a counter, waits for the peers' counters and builds the
+   result from every rank's slot in rank order (so every rank gets bitwise the same reduction).
+
+   Protocol (per communicator; calls numbered f = 1, 2, ... by this path alone):
+     1. wait until every peer has entered call f-1 (it has then finished reading call f-2's data, which
+        used the same of the two slot parities);
+     2. copy this rank's contribution into slot[f & 1] and publish counter = f (release store);
+     3. wait for the counters of the ranks whose data this rank needs (acquire loads);
+     4. build the output from their slots.
+   A wait that outlasts a short spin returns 1 ("pending"): Python's Waiter then keeps calling resume(),
+   with its timeout, abort and dead-peer checks, so no failure path lives here. Anything this code does
+   not handle (a dtype, a layout, a size) returns -1 before any state changes; that decision depends only
+   on the collective, dtype, count and op, which agree across ranks, so all ranks take the same path. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAXR 256
+#define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
+
+enum { K_AR, K_AG, K_BC, K_RS, K_BAR };
+enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
+enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
+enum { S_IDLE, S_PRE, S_WAIT };
+
+typedef struct {
+  PyObject_HEAD
+  int rank, n;
+  Py_ssize_t cap;            /* bytes per slot */
+  long spin;
+  int64_t *arrived[MAXR];    /* each rank's arrival counter (the communicator's call sequence) */
+  int64_t *ctr[MAXR];        /* each rank's hot-path counter */
+  char *slot[MAXR];          /* each rank's two slots */
+  int64_t f;                 /* this rank's hot-path calls */
+  /* the call in progress */
+  int state, kind, op, dt, root, esize;
+  Py_ssize_t nbytes;         /* this rank's contribution (all_gather: one block) */
+  Py_buffer send, recv;
+  int have_send, have_recv;
+} Hot;
+
+static inline int64_t ld_acq(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void st_rel(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* dtype code of a buffer's format, or -1 (bfloat16, float16, bool, ... go through Python) */
+static int dtype_of(const Py_buffer *b) {
+  const char *f = b->format ? b->format : "B";
+  if (*f == '@' || *f == '=' || *f == '<') f++;
+  if (f[0] == 0 || f[1] != 0) return -1;
+  switch (f[0]) {
+    case 'b': return b->itemsize == 1 ? T_I8 : -1;
+    case 'B': return b->itemsize == 1 ? T_U8 : -1;
+    case 'i': case 'l': case 'q':
+      return b->itemsize == 4 ? T_I32 : b->itemsize == 8 ? T_I64 : -1;
+    case 'I': case 'L': case 'Q':
+      return b->itemsize == 4 ? T_U32 : b->itemsize == 8 ? T_U64 : -1;
+    case 'f': return b->itemsize == 4 ? T_F32 : -1;
+    case 'd': return b->itemsize == 8 ? T_F64 : -1;
+    default: return -1;
+  }
+}
+
+static void release(Hot *h) {
+  if (h->have_send) PyBuffer_Release(&h->send);
+  if (h->have_recv) PyBuffer_Release(&h->recv);
+  h->have_send = h->have_recv = 0;
+  h->state = S_IDLE;
+}
+
+static inline char *slot_of(Hot *h, int r, int64_t f) { return h->slot[r] + (f & 1) * h->cap; }
+
+/* ---- reductions: d = s[0] op s[1] op ... in rank order; integers wrap like numpy's ---- */
+#define RED_T(T, EXPR)                                                              \
+  {                                                                                 \
+    T *d = (T *)dst;                                                                \
+    for (int r = 1; r < n; r++) {                                                   \
+      const T *s = (const T *)src[r];                                               \
+      for (Py_ssize_t i = 0; i < cnt; i++) { T a = d[i], b = s[i]; d[i] = (EXPR); } \
+    }                                                                               \
+  }
+#define RED_OPS(T, TU)                                                           \
+  switch (op) {                                                                  \
+    case OP_SUM: case OP_AVG: RED_T(TU, (TU)(a + b)) break;                      \
+    case OP_PROD: RED_T(TU, (TU)(a * b)) break;                                  \
+    case OP_MIN: RED_T(T, a < b ? a : b) break;                                  \
+    case OP_MAX: RED_T(T, a > b ? a : b) break;                                  \
+  }
+#define RED_FLOAT(T)                                                                   \
+  switch (op) {                                                                        \
+    case OP_SUM: case OP_AVG: RED_T(T, a + b) break;                                   \
+    case OP_PROD: RED_T(T, a * b) break;                                               \
+    case OP_MIN: RED_T(T, (a < b || a != a) ? a : b) break; /* NaN wins, as numpy */   \
+    case OP_MAX: RED_T(T, (a > b || a != a) ? a : b) break;                            \
+  }
+
+static void reduce_block(char *dst, char *const *src, int n, Py_ssize_t cnt, int dt, int op) {
+  switch (dt) {
+    case T_I8: RED_OPS(int8_t, uint8_t) break;
+    case T_U8: RED_OPS(uint8_t, uint8_t) break;
+    case T_I32: RED_OPS(int32_t, uint32_t) break;
+    case T_U32: RED_OPS(uint32_t, uint32_t) break;
+    case T_I64: RED_OPS(int64_t, uint64_t) break;
+    case T_U64: RED_OPS(uint64_t, uint64_t) break;
+    case T_F32: RED_FLOAT(float) break;
+    case T_F64: RED_FLOAT(double) break;
+  }
+}
+
+static void avg_scale(char *buf, Py_ssize_t cnt, int dt, int n) {
+  if (dt == T_F32) {
+    float *d = (float *)buf, k = (float)n;
+    for (Py_ssize_t i = 0; i < cnt; i++) d[i] = d[i] / k;
+  } else if (dt == T_F64) {
+    double *d = (double *)buf, k = (double)n;
+    for (Py_ssize_t i = 0; i < cnt; i++) d[i] = d[i] / k;
+  }
+}
+
+/* out[0:nbytes] = reduction over every rank of bytes [off, off + nbytes) of its slot */
+static void reduce_slots(Hot *h, char *out, Py_ssize_t off, Py_ssize_t nbytes) {
+  char *src[MAXR];
+  for (Py_ssize_t b = 0; b < nbytes; b += BLOCK) {
+    Py_ssize_t len = nbytes - b < BLOCK ? nbytes - b : BLOCK;
+    for (int r = 0; r < h->n; r++) src[r] = slot_of(h, r, h->f) + off + b;
+    memcpy(out + b, src[0], len);
+    reduce_block(out + b, src, h->n, len / h->esize, h->dt, h->op);
+  }
+  if (h->op == OP_AVG) avg_scale(out, nbytes / h->esize, h->dt, h->n);
+}
+
+/* ---- the protocol ---- */
+static int peers_at(Hot *h, int64_t v) {
+  for (int r = 0; r < h->n; r++)
+    if (r != h->rank && ld_acq(h->ctr[r]) < v) return 0;
+  return 1;
+}
+
+static int needed_ready(Hot *h) {
+  if (h->kind == K_BC) return h->rank == h->root || ld_acq(h->ctr[h->root]) >= h->f;
+  return peers_at(h, h->f);
+}
+
+static void publish(Hot *h) {
+  if (h->kind == K_AR || h->kind == K_AG || h->kind == K_RS || (h->kind == K_BC && h->rank == h->root))
+    memcpy(slot_of(h, h->rank, h->f), h->send.buf, h->nbytes);
+  st_rel(h->ctr[h->rank], h->f);
+}
+
+static void finish(Hot *h) {
+  char *out = (char *)h->recv.buf;
+  switch (h->kind) {
+    case K_AR: reduce_slots(h, out, 0, h->nbytes); break;
+    case K_RS: reduce_slots(h, out, (Py_ssize_t)h->rank * (h->nbytes / h->n), h->nbytes / h->n); break;
+    case K_AG:
+      for (int r = 0; r < h->n; r++) memcpy(out + (Py_ssize_t)r * h->nbytes, slot_of(h, r, h->f), h->nbytes);
+      break;
+    case K_BC:
+      if (h->rank != h->root)
+        memcpy(out, slot_of(h, h->root, h->f), h->nbytes);
+      else if (h->have_recv)
+        memmove(out, h->send.buf, h->nbytes);
+      break;
+  }
+}
+
+/* Drive the call in progress: 0 done, 1 still waiting on a peer. */
+static int advance(Hot *h) {
+  long budget = h->spin;
+  int yields = 0;
+  for (;;) {
+    if (h->state == S_PRE && peers_at(h, h->f - 1)) {
+      publish(h);
+      h->state = S_WAIT;
+    }
+    if (h->state == S_WAIT && needed_ready(h)) {
+      finish(h);
+      release(h);
+      return 0;
+    }
+    if (budget-- > 0) {
+      relax();
+    } else if (yields++ < 16) {
+      sched_yield();
+    } else {
+      return 1;
+    }
+  }
+}
+
+/* Acquire the buffers and start call ``kind``; -1 (nothing changed) when this path does not take it. */
+static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int root, int64_t seq) {
+  if (h->state != S_IDLE) {
+    PyErr_SetString(PyExc_RuntimeError, "hpccl hot path: a call is still in progress");
+    return -2;
+  }
+  h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
+  if (kind != K_BAR) {
+    int send_flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
+    if (recv == Py_None && !(kind == K_BC && h->rank == root)) send_flags |= PyBUF_WRITABLE;
+    if (PyObject_GetBuffer(send, &h->send, send_flags) < 0) goto decline;
+    h->have_send = 1;
+    if (recv != Py_None) {
+      if (PyObject_GetBuffer(recv, &h->recv, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto decline;
+      h->have_recv = 1;
+    }
+    int dt = dtype_of(&h->send);
+    if (dt < 0) goto decline;
+    h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
+    if (h->nbytes == 0 || h->nbytes > h->cap) goto decline;
+    if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
+    if ((kind == K_AR || kind == K_RS) && op == OP_AVG && dt != T_F32 && dt != T_F64) goto decline;
+    if ((kind == K_AR || kind == K_RS) && (op < 0 || op > OP_AVG)) goto decline;
+    Py_ssize_t want = kind == K_AG ? h->nbytes * h->n : kind == K_RS ? h->nbytes / h->n : h->nbytes;
+    if (kind == K_RS && (h->nbytes % ((Py_ssize_t)h->n * h->esize)) != 0) goto decline;
+    if (kind == K_AG || kind == K_RS) {
+      if (!h->have_recv || h->recv.len != want) goto decline;
+    } else if (h->have_recv) {
+      if (h->recv.len != want) goto decline;
+    } else {
+      h->recv.buf = h->send.buf; /* in place */
+    }
+  }
+  h->f += 1;
+  st_rel(h->arrived[h->rank], seq);
+  h->state = S_PRE;
+  return advance(h);
+decline:
+  PyErr_Clear();
+  release(h);
+  return -1;
+}
+
+static PyObject *ret(int rc) { return rc == -2 ? NULL : PyLong_FromLong(rc); }
+
+static PyObject *Hot_all_reduce(Hot *h, PyObject *args) {
+  PyObject *s, *r; int op; long long seq;
+  if (!PyArg_ParseTuple(args, "OOiL", &s, &r, &op, &seq)) return NULL;
+  return ret(start(h, K_AR, s, r, op, -1, seq));
+}
+static PyObject *Hot_reduce_scatter(Hot *h, PyObject *args) {
+  PyObject *s, *r; int op; long long seq;
+  if (!PyArg_ParseTuple(args, "OOiL", &s, &r, &op, &seq)) return NULL;
+  return ret(start(h, K_RS, s, r, op, -1, seq));
+}
+static PyObject *Hot_all_gather(Hot *h, PyObject *args) {
+  PyObject *s, *r; long long seq;
+  if (!PyArg_ParseTuple(args, "OOL", &s, &r, &seq)) return NULL;
+  return ret(start(h, K_AG, s, r, 0, -1, seq));
+}
+static PyObject *Hot_broadcast(Hot *h, PyObject *args) {
+  PyObject *s, *r; int root; long long seq;
+  if (!PyArg_ParseTuple(args, "OOiL", &s, &r, &root, &seq)) return NULL;
+  if (root < 0 || root >= h->n) return PyLong_FromLong(-1);
+  return ret(start(h, K_BC, s, r, 0, root, seq));
+}
+static PyObject *Hot_barrier(Hot *h, PyObject *args) {
+  long long seq;
+  if (!PyArg_ParseTuple(args, "L", &seq)) return NULL;
+  return ret(start(h, K_BAR, Py_None, Py_None, 0, -1, seq));
+}
+
+static PyObject *Hot_resume(Hot *h, PyObject *unused) {
+  if (h->state == S_IDLE) Py_RETURN_TRUE;
+  return PyBool_FromLong(advance(h) == 0);
+}
+
+static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
+  /* the ranks the call in progress still waits for */
+  PyObject *out = PyList_New(0);
+  if (out == NULL || h->state == S_IDLE) return out;
+  for (int r = 0; r < h->n; r++) {
+    if (r == h->rank) continue;
+    int late = h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
+               : h->kind == K_BC ? (r == h->root && ld_acq(h->ctr[r]) < h->f) : ld_acq(h->ctr[r]) < h->f;
+    if (late) {
+      PyObject *v = PyLong_FromLong(r);
+      if (v == NULL || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_DECREF(out); return NULL; }
+      Py_DECREF(v);
+    }
+  }
+  return out;
+}
+
+static PyObject *Hot_cancel(Hot *h, PyObject *unused) {
+  release(h);
+  Py_RETURN_NONE;
+}
+
+static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
+  PyObject *bases;
+  Py_ssize_t arrived_off, ctr_off, slot_off, cap;
+  int rank;
+  long spin;
+  if (!PyArg_ParseTuple(args, "Onnnnil", &bases, &arrived_off, &ctr_off, &slot_off, &cap, &rank, &spin))
+    return -1;
+  PyObject *seq = PySequence_Fast(bases, "bases must be a sequence of addresses");
+  if (seq == NULL) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  if (n < 1 || n > MAXR || rank < 0 || rank >= n || cap < 0) {
+    Py_DECREF(seq);
+    PyErr_SetString(PyExc_ValueError, "hpccl hot path: bad rank, size or slot bytes");
+    return -1;
+  }
+  for (Py_ssize_t r = 0; r < n; r++) {
+    char *b = (char *)PyLong_AsVoidPtr(PySequence_Fast_GET_ITEM(seq, r));
+    if (b == NULL && PyErr_Occurred()) { Py_DECREF(seq); return -1; }
+    h->arrived[r] = (int64_t *)(b + arrived_off);
+    h->ctr[r] = (int64_t *)(b + ctr_off);
+    h->slot[r] = b + slot_off;
+  }
+  Py_DECREF(seq);
+  h->n = (int)n, h->rank = rank, h->cap = cap, h->spin = spin, h->f = 0, h->state = S_IDLE;
+  h->have_send = h->have_recv = 0;
+  return 0;
+}
+
+static void Hot_dealloc(Hot *h) {
+  release(h);
+  Py_TYPE(h)->tp_free((PyObject *)h);
+}
+
+static PyObject *Hot_calls(Hot *h, void *unused) { return PyLong_FromLongLong(h->f); }
+
+static PyMethodDef Hot_methods[] = {
+    {"all_reduce", (PyCFunction)Hot_all_reduce, METH_VARARGS, "(send, recv|None, op, seq) -> 0 done, 1 pending, -1 declined"},
+    {"reduce_scatter", (PyCFunction)Hot_reduce_scatter, METH_VARARGS, "(send, recv, op, seq) -> as all_reduce"},
+    {"all_gather", (PyCFunction)Hot_all_gather, METH_VARARGS, "(send, recv, seq) -> as all_reduce"},
+    {"broadcast", (PyCFunction)Hot_broadcast, METH_VARARGS, "(buf, recv|None, root, seq) -> as all_reduce"},
+    {"barrier", (PyCFunction)Hot_barrier, METH_VARARGS, "(seq) -> 0 done, 1 pending"},
+    {"resume", (PyCFunction)Hot_resume, METH_NOARGS, "Drive the pending call; True once it is done"},
+    {"waiting", (PyCFunction)Hot_waiting, METH_NOARGS, "Ranks the pending call still waits for"},
+    {"cancel", (PyCFunction)Hot_cancel, METH_NOARGS, "Drop the pending call (after a failure)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef Hot_getset[] = {{"calls", (getter)Hot_calls, NULL, "calls made on this path", NULL},
+                                   {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject HotType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "hpccl._hotpath.Hot",
+    .tp_basicsize = sizeof(Hot),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The compiled small-message path of one communicator's shared-memory segments",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Hot_init,
+    .tp_dealloc = (destructor)Hot_dealloc,
+    .tp_methods = Hot_methods,
+    .tp_getset = Hot_getset,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
+                                    "hpccl's compiled hot path for small host collectives", -1, NULL};
+
+PyMODINIT_FUNC PyInit__hotpath(void) {
+  if (PyType_Ready(&HotType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (m == NULL) return NULL;
+  Py_INCREF(&HotType);
+  if (PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0) {
+    Py_DECREF(&HotType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  PyModule_AddIntConstant(m, "SUM", OP_SUM);
+  PyModule_AddIntConstant(m, "PROD", OP_PROD);
+  PyModule_AddIntConstant(m, "MIN", OP_MIN);
+  PyModule_AddIntConstant(m, "MAX", OP_MAX);
+  PyModule_AddIntConstant(m, "AVG", OP_AVG);
+  return m;
+}

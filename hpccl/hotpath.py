@@ -1,0 +1,35 @@
+"""The compiled hot path (hpccl/_hotpath.c) for small host collectives among the ranks of one node.
+
+Built by `pip install` with the package; where it was not built (no C compiler) hpccl runs the same calls
+in Python, slower, and `hpccl-info` says so. ``available()`` tells which one this process uses."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .ops import AVG, MAX, MIN, PROD, SUM
+
+try:
+    from . import _hotpath
+except ImportError:  # not compiled here: the Python algorithms serve every call
+    _hotpath = None
+
+#: ReduceOp (and its name) -> the C code; anything else is declined there and validated in Python
+OPCODE = {SUM: 0, PROD: 1, MIN: 2, MAX: 3, AVG: 4, "sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+#: collectives the hot path serves (all on one node, up to HPCCL_HOT_SIZE bytes per rank)
+COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "barrier")
+
+
+def available() -> bool:
+    return _hotpath is not None
+
+
+def attach(shm: Any, rank: int, spin: int) -> Optional[Any]:
+    """A hot-path object over this communicator's shared-memory segments, or None when the extension is
+    not built or HPCCL_HOT_SIZE is 0."""
+    if _hotpath is None:
+        return None
+    bases, arrived_off, hot_ctr_off, slot_off, cap = shm.hot_layout()
+    if cap <= 0:
+        return None
+    return _hotpath.Hot(bases, arrived_off, hot_ctr_off, slot_off, cap, rank, spin)

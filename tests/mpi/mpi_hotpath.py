@@ -1,0 +1,133 @@
+"""The compiled hot path (hpccl/_hotpath.c) for small host collectives, run inside each rank under
+mpiexec: it is the path in use, it is correct against numpy, ranks passing different kinds of buffers
+still agree on the path, and calls it declines (sizes, dtypes) interleave with it safely."""
+from __future__ import annotations
+
+import array
+
+import numpy as np
+import pytest
+from common import ALL_DTYPES, close, data, reduce_ref, valid_ops
+
+import hpccl
+from hpccl import config, hotpath
+from hpccl.ops import SUM
+
+
+@pytest.fixture(scope="module")
+def comm():
+    c = hpccl.init()
+    if c.size < 2:
+        c.destroy()
+        pytest.skip("the hot path serves 2 or more ranks of a node (this run has 1)")
+    yield c
+    c.destroy()
+
+
+def test_compiled_path_is_in_use(comm):
+    assert hotpath.available(), "hpccl/_hotpath.c was not built: pip install needs a C compiler"
+    hot = comm._hot
+    assert hot is not None and "hot" in comm.algorithms("all_reduce")
+    before = hot.calls
+    x = np.ones(16, np.float32)
+    comm.all_reduce(x)
+    assert hot.calls == before + 1 and x[0] == comm.size
+    big = np.ones(config.get("HPCCL_HOT_SIZE") // 4 + 1, np.float32)  # one element past the slot
+    comm.all_reduce(big)
+    half = np.ones(16, np.float16)  # half precision: declined, reduced in Python
+    comm.all_reduce(half)
+    assert hot.calls == before + 1 and big[-1] == comm.size and half[0] == comm.size
+    comm.barrier()
+    assert hot.calls == before + 2
+
+
+def test_every_collective_dtype_and_op(comm):
+    n, r = comm.size, comm.rank
+    for dtype in ALL_DTYPES:
+        for count in (1, 5, 999):
+            for op in valid_ops(dtype):
+                x = data(count, dtype, r, count, op)
+                want = reduce_ref([data(count, dtype, q, count, op) for q in range(n)], op)
+                assert close(comm.all_reduce(x, np.empty_like(x), op=op), want, op), (dtype, op, count)
+                assert close(comm.all_reduce(x, op=op), want, op), (dtype, op, count, "in place")
+                s = data(n * count, dtype, r, count, op)
+                full = reduce_ref([data(n * count, dtype, q, count, op) for q in range(n)], op)
+                got = comm.reduce_scatter(s, np.empty(count, dtype), op=op)
+                assert close(got, full[r * count:(r + 1) * count], op), (dtype, op, count, "reduce_scatter")
+            g = np.empty((n, count), dtype)
+            comm.all_gather(data(count, dtype, r), g)
+            assert np.array_equal(g, np.stack([data(count, dtype, q) for q in range(n)])), (dtype, count)
+            for root in range(n):
+                b = data(count, dtype, r, root)
+                comm.broadcast(b, root)
+                assert np.array_equal(b, data(count, dtype, root, root)), (dtype, count, root)
+
+
+def test_ranks_passing_different_buffers_agree(comm):
+    """Rank 0 passes a memoryview, rank 1 an array.array, the others numpy arrays: the first two are
+    validated in Python, the rest go straight to C, and all of them must take the same path."""
+    n, r = comm.size, comm.rank
+    before = comm._hot.calls
+    for _ in range(20):
+        if r == 0:  # a memoryview input, out of place
+            x = np.empty(100)
+            comm.all_reduce(memoryview(np.full(100, r + 1.0)), x)
+        elif r == 1:
+            x = array.array("d", [r + 1.0] * 100)
+            comm.all_reduce(x)
+        else:
+            x = np.full(100, r + 1.0)
+            comm.all_reduce(x)
+        assert list(np.asarray(x)) == [n * (n + 1) / 2] * 100
+    assert comm._hot.calls == before + 20
+
+
+def test_interleaved_with_declined_calls(comm):
+    """A random mix (the same on every rank) of sizes below and above HPCCL_HOT_SIZE and dtypes the hot
+    path declines: every result checked, so a slot reused too early or a path taken by some ranks only
+    would show."""
+    n, r = comm.size, comm.rank
+    rng = np.random.default_rng(7)
+    cap = config.get("HPCCL_HOT_SIZE")
+    dtypes = [np.dtype(np.float32), np.dtype(np.int64), np.dtype(np.float16), np.dtype(np.uint8)]
+    for i in range(300):
+        dtype = dtypes[rng.integers(len(dtypes))]
+        nbytes = int(rng.choice([8, 1000, cap, cap + 64, 3 * cap]))
+        count = max(1, nbytes // dtype.itemsize // n) * n
+        kind = rng.integers(4)
+        if kind == 0:
+            x = data(count, dtype, r, i)
+            comm.all_reduce(x)
+            assert close(x, reduce_ref([data(count, dtype, q, i) for q in range(n)], SUM), SUM), (i, dtype, count)
+        elif kind == 1:
+            c = count // n
+            g = comm.all_gather(data(c, dtype, r, i))
+            assert np.array_equal(g.reshape(-1), np.concatenate([data(c, dtype, q, i) for q in range(n)])), i
+        elif kind == 2:
+            root = int(rng.integers(n))
+            b = data(count, dtype, r, i)
+            comm.broadcast(b, root)
+            assert np.array_equal(b, data(count, dtype, root, i)), (i, root)
+        else:
+            c = count // n
+            full = reduce_ref([data(count, dtype, q, i) for q in range(n)], SUM)
+            got = comm.reduce_scatter(data(count, dtype, r, i))
+            assert close(got, full[r * c:(r + 1) * c], SUM), (i, dtype, count)
+
+
+def test_bad_buffers_raise_before_anything_moves(comm):
+    """A wrong output buffer is declined by C and named by the Python checks; the communicator stays
+    usable (the hot path counted nothing for the refused call)."""
+    before = comm._hot.calls
+    with pytest.raises(hpccl.HpcclInvalidArgument, match="recvbuf"):
+        comm.all_reduce(np.ones(8, np.float32), np.empty(7, np.float32))
+    with pytest.raises(hpccl.HpcclInvalidArgument, match="recvbuf"):
+        comm.all_gather(np.ones(8, np.float32), np.empty(8 * comm.size, np.float64))
+    ro = np.ones(8, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(hpccl.HpcclInvalidArgument, match="sendbuf"):
+        comm.all_reduce(ro)
+    assert comm._hot.calls == before
+    x = np.ones(8, np.float32)
+    comm.all_reduce(x)
+    assert x[0] == comm.size
