@@ -45,6 +45,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     for mod in ("numpy", "mpi4py", "ml_dtypes", "cupy", "torch", "ucxx", "pynvml"):
         say(f"  {mod:<10} {_version(mod)}")
     say(f"  MPI        {MPI.Get_library_version().splitlines()[0].strip()}")
+    from hpccl import hotpath
+    say("  hot path   " + (f"compiled ({hotpath._hotpath.__file__})" if hotpath.available() else
+                          "not built (no C compiler at install): small host calls run in Python, slower"))
     say("configuration (HPCCL_*; source env or default):")
     for name, value, source, doc in config.describe():
         say(f"  {name:<24} = {str(value)!r:<14} [{source}]  {doc}")

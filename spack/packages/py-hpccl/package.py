@@ -1,5 +1,6 @@
 """Spack package for hpccl; loads in package API v1 (Spack < 1.0) and v2 (Spack >= 1.0) repos."""
 
+import spack
 from spack.package import *
 
 try:  # Spack >= 1.0: build systems live in the builtin repository (package API v2)
@@ -7,6 +8,9 @@ try:  # Spack >= 1.0: build systems live in the builtin repository (package API 
     from spack_repo.builtin.build_systems.python import PythonPackage
 except ImportError:  # Spack < 1.0: spack.package exports them
     pass
+
+# Compilers became dependencies ("c", "cxx" virtuals) in Spack 0.23.0; older Spack has no such package.
+LANGUAGE_VIRTUALS = spack.spack_version_info >= (0, 23, 0) and spack.spack_version_info != (0, 23, 0, "dev0")
 
 
 class PyHpccl(PythonPackage, CudaPackage):
@@ -21,7 +25,7 @@ class PyHpccl(PythonPackage, CudaPackage):
     version("main", branch="main")
 
     # 'spack install --test=root' and 'spack test run' import these (no GPU or MPI job needed)
-    import_modules = ["hpccl", "hpccl.envcheck", "hpccl.cli.info"]
+    import_modules = ["hpccl", "hpccl.envcheck", "hpccl.cli.info", "hpccl._hotpath"]
 
     variant("ucx", default=False, description="Inter-node transport over UCX (ucxx), GPUDirect RDMA")
 
@@ -29,6 +33,9 @@ class PyHpccl(PythonPackage, CudaPackage):
     # match what CuPy (and UCX) are built for; like py-cupy, a +cuda build must name one.
     conflicts("+cuda cuda_arch=none", msg="+cuda needs cuda_arch, e.g. cuda_arch=90 for H100/H200")
 
+    # the compiled hot path (hpccl/_hotpath.c, a CPython extension) needs a C compiler at build time
+    if LANGUAGE_VIRTUALS:
+        depends_on("c", type="build")
     depends_on("python@3.10:", type=("build", "run"))
     depends_on("py-setuptools@68:", type="build")
     depends_on("py-wheel", type="build")
