@@ -24,7 +24,7 @@
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
 
-enum { K_AR, K_AG, K_BC, K_RS, K_BAR };
+enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A };
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
 enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
 enum { S_IDLE, S_PRE, S_WAIT };
@@ -148,11 +148,12 @@ static int peers_at(Hot *h, int64_t v) {
 
 static int needed_ready(Hot *h) {
   if (h->kind == K_BC) return h->rank == h->root || ld_acq(h->ctr[h->root]) >= h->f;
+  if (h->kind == K_RED) return h->rank != h->root || peers_at(h, h->f);
   return peers_at(h, h->f);
 }
 
 static void publish(Hot *h) {
-  if (h->kind == K_AR || h->kind == K_AG || h->kind == K_RS || (h->kind == K_BC && h->rank == h->root))
+  if (h->kind != K_BAR && (h->kind != K_BC || h->rank == h->root))
     memcpy(slot_of(h, h->rank, h->f), h->send.buf, h->nbytes);
   st_rel(h->ctr[h->rank], h->f);
 }
@@ -162,6 +163,14 @@ static void finish(Hot *h) {
   switch (h->kind) {
     case K_AR: reduce_slots(h, out, 0, h->nbytes); break;
     case K_RS: reduce_slots(h, out, (Py_ssize_t)h->rank * (h->nbytes / h->n), h->nbytes / h->n); break;
+    case K_RED:
+      if (h->rank == h->root) reduce_slots(h, out, 0, h->nbytes);
+      break;
+    case K_A2A: {
+      Py_ssize_t blk = h->nbytes / h->n;
+      for (int r = 0; r < h->n; r++) memcpy(out + (Py_ssize_t)r * blk, slot_of(h, r, h->f) + (Py_ssize_t)h->rank * blk, blk);
+      break;
+    }
     case K_AG:
       for (int r = 0; r < h->n; r++) memcpy(out + (Py_ssize_t)r * h->nbytes, slot_of(h, r, h->f), h->nbytes);
       break;
@@ -207,7 +216,9 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
   h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
   if (kind != K_BAR) {
     int send_flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
-    if (recv == Py_None && !(kind == K_BC && h->rank == root)) send_flags |= PyBUF_WRITABLE;
+    int root_only = (kind == K_BC || kind == K_RED) && h->rank == root;
+    int writes_in_place = kind == K_AR || kind == K_A2A || (kind == K_BC && !root_only) || (kind == K_RED && root_only);
+    if (recv == Py_None && writes_in_place) send_flags |= PyBUF_WRITABLE;
     if (PyObject_GetBuffer(send, &h->send, send_flags) < 0) goto decline;
     h->have_send = 1;
     if (recv != Py_None) {
@@ -220,8 +231,10 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
     if (h->nbytes == 0 || h->nbytes > h->cap) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
-    if ((kind == K_AR || kind == K_RS) && op == OP_AVG && dt != T_F32 && dt != T_F64) goto decline;
-    if ((kind == K_AR || kind == K_RS) && (op < 0 || op > OP_AVG)) goto decline;
+    int reduces = kind == K_AR || kind == K_RS || kind == K_RED;
+    if (reduces && op == OP_AVG && dt != T_F32 && dt != T_F64) goto decline;
+    if (reduces && (op < 0 || op > OP_AVG)) goto decline;
+    if (kind == K_A2A && (h->nbytes % ((Py_ssize_t)h->n * h->esize)) != 0) goto decline;
     Py_ssize_t want = kind == K_AG ? h->nbytes * h->n : kind == K_RS ? h->nbytes / h->n : h->nbytes;
     if (kind == K_RS && (h->nbytes % ((Py_ssize_t)h->n * h->esize)) != 0) goto decline;
     if (kind == K_AG || kind == K_RS) {
@@ -254,6 +267,17 @@ static PyObject *Hot_reduce_scatter(Hot *h, PyObject *args) {
   if (!PyArg_ParseTuple(args, "OOiL", &s, &r, &op, &seq)) return NULL;
   return ret(start(h, K_RS, s, r, op, -1, seq));
 }
+static PyObject *Hot_reduce(Hot *h, PyObject *args) {
+  PyObject *s, *r; int root, op; long long seq;
+  if (!PyArg_ParseTuple(args, "OOiiL", &s, &r, &root, &op, &seq)) return NULL;
+  if (root < 0 || root >= h->n) return PyLong_FromLong(-1);
+  return ret(start(h, K_RED, s, r, op, root, seq));
+}
+static PyObject *Hot_all_to_all(Hot *h, PyObject *args) {
+  PyObject *s, *r; long long seq;
+  if (!PyArg_ParseTuple(args, "OOL", &s, &r, &seq)) return NULL;
+  return ret(start(h, K_A2A, s, r, 0, -1, seq));
+}
 static PyObject *Hot_all_gather(Hot *h, PyObject *args) {
   PyObject *s, *r; long long seq;
   if (!PyArg_ParseTuple(args, "OOL", &s, &r, &seq)) return NULL;
@@ -283,7 +307,9 @@ static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
   for (int r = 0; r < h->n; r++) {
     if (r == h->rank) continue;
     int late = h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
-               : h->kind == K_BC ? (r == h->root && ld_acq(h->ctr[r]) < h->f) : ld_acq(h->ctr[r]) < h->f;
+               : h->kind == K_BC ? (r == h->root && ld_acq(h->ctr[r]) < h->f)
+               : h->kind == K_RED ? (h->rank == h->root && ld_acq(h->ctr[r]) < h->f)
+                                  : ld_acq(h->ctr[r]) < h->f;
     if (late) {
       PyObject *v = PyLong_FromLong(r);
       if (v == NULL || PyList_Append(out, v) < 0) { Py_XDECREF(v); Py_DECREF(out); return NULL; }
@@ -336,6 +362,8 @@ static PyObject *Hot_calls(Hot *h, void *unused) { return PyLong_FromLongLong(h-
 static PyMethodDef Hot_methods[] = {
     {"all_reduce", (PyCFunction)Hot_all_reduce, METH_VARARGS, "(send, recv|None, op, seq) -> 0 done, 1 pending, -1 declined"},
     {"reduce_scatter", (PyCFunction)Hot_reduce_scatter, METH_VARARGS, "(send, recv, op, seq) -> as all_reduce"},
+    {"reduce", (PyCFunction)Hot_reduce, METH_VARARGS, "(send, recv|None, root, op, seq) -> as all_reduce"},
+    {"all_to_all", (PyCFunction)Hot_all_to_all, METH_VARARGS, "(send, recv|None, seq) -> as all_reduce"},
     {"all_gather", (PyCFunction)Hot_all_gather, METH_VARARGS, "(send, recv, seq) -> as all_reduce"},
     {"broadcast", (PyCFunction)Hot_broadcast, METH_VARARGS, "(buf, recv|None, root, seq) -> as all_reduce"},
     {"barrier", (PyCFunction)Hot_barrier, METH_VARARGS, "(seq) -> 0 done, 1 pending"},

@@ -525,6 +525,10 @@ class Communicator:
             rc = hot.all_gather(a[0], a[1], self._seq)
         elif coll == "broadcast":
             rc = hot.broadcast(a[0], None if a[1] is a[0] else a[1], a[2], self._seq)
+        elif coll == "reduce":
+            rc = hot.reduce(a[0], None if a[1] is a[0] else a[1], a[2], OPCODE[a[3]], self._seq)
+        elif coll == "all_to_all":
+            rc = hot.all_to_all(a[0], None if a[1] is a[0] else a[1], self._seq)
         else:
             rc = hot.barrier(self._seq)
         if rc < 0:
@@ -666,6 +670,12 @@ class Communicator:
     def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
                stream: Any = None) -> Any:
         """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
+        hot = self._front.get("reduce")
+        if hot is not None and type(sendbuf) is np.ndarray and self._group is None and type(root) is int:
+            rc = hot.reduce(sendbuf, recvbuf, root, OPCODE.get(op, -1), self._seq + 1)
+            if rc >= 0:
+                self._hot_done(rc, "reduce")
+                return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
         key = None
         if self._dev is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("red", sendbuf, recvbuf, op, root, stream)
@@ -792,6 +802,12 @@ class Communicator:
 
     def all_to_all(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """Block j of rank i's sendbuf becomes block i of rank j's recvbuf."""
+        hot = self._front.get("all_to_all")
+        if hot is not None and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and self._group is None:
+            rc = hot.all_to_all(sendbuf, recvbuf, self._seq + 1)
+            if rc >= 0:
+                self._hot_done(rc, "all_to_all")
+                return recvbuf
         key = None
         if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("a2a", sendbuf, recvbuf, None, -1, stream)

@@ -28,6 +28,7 @@ def test_compiled_path_is_in_use(comm):
     assert hotpath.available(), "hpccl/_hotpath.c was not built: pip install needs a C compiler"
     hot = comm._hot
     assert hot is not None and "hot" in comm.algorithms("all_reduce")
+    assert all(c in comm._hot_colls for c in hotpath.COLLECTIVES)
     before = hot.calls
     x = np.ones(16, np.float32)
     comm.all_reduce(x)
@@ -54,6 +55,14 @@ def test_every_collective_dtype_and_op(comm):
                 full = reduce_ref([data(n * count, dtype, q, count, op) for q in range(n)], op)
                 got = comm.reduce_scatter(s, np.empty(count, dtype), op=op)
                 assert close(got, full[r * count:(r + 1) * count], op), (dtype, op, count, "reduce_scatter")
+                root = count % n
+                out = np.full(count, 7, dtype)
+                comm.reduce(data(count, dtype, r, count, op), out, root=root, op=op)
+                assert close(out, want, op) if r == root else (out == 7).all(), (dtype, op, count, "reduce")
+            a = data(n * count, dtype, r, count)
+            got = comm.all_to_all(a, np.empty_like(a))
+            want_a = np.concatenate([data(n * count, dtype, q, count)[r * count:(r + 1) * count] for q in range(n)])
+            assert np.array_equal(got, want_a), (dtype, count, "all_to_all")
             g = np.empty((n, count), dtype)
             comm.all_gather(data(count, dtype, r), g)
             assert np.array_equal(g, np.stack([data(count, dtype, q) for q in range(n)])), (dtype, count)
