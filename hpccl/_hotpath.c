@@ -23,6 +23,7 @@
 
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
+#define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A };
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
@@ -33,6 +34,7 @@ typedef struct {
   PyObject_HEAD
   int rank, n;
   Py_ssize_t cap;            /* bytes per slot */
+  Py_ssize_t reduce_cap;     /* all_reduce / reduce limit: each rank reads every rank's data */
   long spin;
   int64_t *arrived[MAXR];    /* each rank's arrival counter (the communicator's call sequence) */
   int64_t *ctr[MAXR];        /* each rank's hot-path counter */
@@ -189,11 +191,21 @@ static int advance(Hot *h) {
   int yields = 0;
   for (;;) {
     if (h->state == S_PRE && peers_at(h, h->f - 1)) {
-      publish(h);
+      if (h->nbytes >= BIG) {
+        Py_BEGIN_ALLOW_THREADS publish(h);
+        Py_END_ALLOW_THREADS
+      } else {
+        publish(h);
+      }
       h->state = S_WAIT;
     }
     if (h->state == S_WAIT && needed_ready(h)) {
-      finish(h);
+      if (h->nbytes >= BIG) {
+        Py_BEGIN_ALLOW_THREADS finish(h);
+        Py_END_ALLOW_THREADS
+      } else {
+        finish(h);
+      }
       release(h);
       return 0;
     }
@@ -230,6 +242,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     if (dt < 0) goto decline;
     h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
     if (h->nbytes == 0 || h->nbytes > h->cap) goto decline;
+    if ((kind == K_AR || kind == K_RED) && h->nbytes > h->reduce_cap) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
     int reduces = kind == K_AR || kind == K_RS || kind == K_RED;
     if (reduces && op == OP_AVG && dt != T_F32 && dt != T_F64) goto decline;
@@ -326,10 +339,11 @@ static PyObject *Hot_cancel(Hot *h, PyObject *unused) {
 
 static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
   PyObject *bases;
-  Py_ssize_t arrived_off, ctr_off, slot_off, cap;
+  Py_ssize_t arrived_off, ctr_off, slot_off, cap, reduce_cap;
   int rank;
   long spin;
-  if (!PyArg_ParseTuple(args, "Onnnnil", &bases, &arrived_off, &ctr_off, &slot_off, &cap, &rank, &spin))
+  if (!PyArg_ParseTuple(args, "Onnnnnil", &bases, &arrived_off, &ctr_off, &slot_off, &cap, &reduce_cap, &rank,
+                        &spin))
     return -1;
   PyObject *seq = PySequence_Fast(bases, "bases must be a sequence of addresses");
   if (seq == NULL) return -1;
@@ -347,7 +361,8 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
     h->slot[r] = b + slot_off;
   }
   Py_DECREF(seq);
-  h->n = (int)n, h->rank = rank, h->cap = cap, h->spin = spin, h->f = 0, h->state = S_IDLE;
+  h->n = (int)n, h->rank = rank, h->cap = cap, h->reduce_cap = reduce_cap, h->spin = spin, h->f = 0;
+  h->state = S_IDLE;
   h->have_send = h->have_recv = 0;
   return 0;
 }

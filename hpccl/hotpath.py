@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from . import config
 from .ops import AVG, MAX, MIN, PROD, SUM
 
 try:
@@ -16,7 +17,8 @@ except ImportError:  # not compiled here: the Python algorithms serve every call
 #: ReduceOp (and its name) -> the C code; anything else is declined there and validated in Python
 OPCODE = {SUM: 0, PROD: 1, MIN: 2, MAX: 3, AVG: 4, "sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
-#: collectives the hot path serves (all on one node, up to HPCCL_HOT_SIZE bytes per rank)
+#: collectives the hot path serves (one node; up to HPCCL_HOT_SIZE bytes per rank, HPCCL_HOT_REDUCE_SIZE for
+#: all_reduce and reduce)
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce", "all_to_all", "barrier")
 
 
@@ -32,4 +34,5 @@ def attach(shm: Any, rank: int, spin: int) -> Optional[Any]:
     bases, arrived_off, hot_ctr_off, slot_off, cap = shm.hot_layout()
     if cap <= 0:
         return None
-    return _hotpath.Hot(bases, arrived_off, hot_ctr_off, slot_off, cap, rank, spin)
+    reduce_cap = min(cap, max(0, config.get("HPCCL_HOT_REDUCE_SIZE")))
+    return _hotpath.Hot(bases, arrived_off, hot_ctr_off, slot_off, cap, reduce_cap, rank, spin)

@@ -40,6 +40,12 @@ def test_compiled_path_is_in_use(comm):
     assert hot.calls == before + 1 and big[-1] == comm.size and half[0] == comm.size
     comm.barrier()
     assert hot.calls == before + 2
+    per = config.get("HPCCL_HOT_REDUCE_SIZE") // 4 + 1  # past the reduction limit, within the slot
+    y = np.ones(per, np.float32)
+    comm.all_reduce(y)
+    assert hot.calls == before + 2 and y[-1] == comm.size  # all_reduce above it: Python's schedules
+    g = comm.all_gather(y)
+    assert hot.calls == before + 3 and g.shape == (comm.size, per)  # all_gather of the same: hot
 
 
 def test_every_collective_dtype_and_op(comm):
