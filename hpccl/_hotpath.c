@@ -34,7 +34,7 @@ typedef struct {
   PyObject_HEAD
   int rank, n;
   Py_ssize_t cap;            /* bytes per slot */
-  Py_ssize_t reduce_cap;     /* all_reduce / reduce limit: each rank reads every rank's data */
+  Py_ssize_t reduce_cap;     /* all_reduce's limit: every rank reads and reduces every rank's data */
   long spin;
   int64_t *arrived[MAXR];    /* each rank's arrival counter (the communicator's call sequence) */
   int64_t *ctr[MAXR];        /* each rank's hot-path counter */
@@ -242,7 +242,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     if (dt < 0) goto decline;
     h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
     if (h->nbytes == 0 || h->nbytes > h->cap) goto decline;
-    if ((kind == K_AR || kind == K_RED) && h->nbytes > h->reduce_cap) goto decline;
+    if (kind == K_AR && h->nbytes > h->reduce_cap) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
     int reduces = kind == K_AR || kind == K_RS || kind == K_RED;
     if (reduces && op == OP_AVG && dt != T_F32 && dt != T_F64) goto decline;

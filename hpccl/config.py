@@ -73,8 +73,8 @@ _param("HPCCL_HOT_SIZE", 1 << 20, _size,
        "(hpccl/_hotpath.c: one C call, one copy in, the result read from every rank's slot); 0 turns it off. "
        "Each rank's shared-memory segment holds two slots of this size.")
 _param("HPCCL_HOT_REDUCE_SIZE", 256 << 10, _size,
-       "The hot path's limit for all_reduce and reduce (each rank reads and reduces every rank's data, so "
-       "the Python algorithms' schedules win above it); at most HPCCL_HOT_SIZE.")
+       "The hot path's limit for all_reduce (every rank reads and reduces every rank's data, so the Python "
+       "algorithms' schedules win above it); at most HPCCL_HOT_SIZE.")
 _param("HPCCL_SPIN", 2000, int,
        "Polls of a flag before a waiting rank starts yielding its core (then sleeping briefly); "
        "capped at 50 when a node has more ranks than cores.")

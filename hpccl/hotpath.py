@@ -18,7 +18,7 @@ except ImportError:  # not compiled here: the Python algorithms serve every call
 OPCODE = {SUM: 0, PROD: 1, MIN: 2, MAX: 3, AVG: 4, "sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
 #: collectives the hot path serves (one node; up to HPCCL_HOT_SIZE bytes per rank, HPCCL_HOT_REDUCE_SIZE for
-#: all_reduce and reduce)
+#: all_reduce)
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce", "all_to_all", "barrier")
 
 
