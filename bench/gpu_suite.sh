@@ -3,7 +3,7 @@
 # the same tests on emulated multi-node layouts (2 nodes x 1 GPU, 2 nodes x 2 ranks; UCX between
 # "nodes", default transports and TCP + cuda_copy), hpccl vs NCCL benchmarks (NCCL forced onto its
 # network transport for the 2-node runs), overlap example. Logs and JSON go to $OUT (docs/perf/).
-#   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap"  pick stages;
+#   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap launch"  pick stages;
 #   BENCH_ARGS="--sweep"  extra bench flags. Carry ucxx wheels in .whl/ for the multi-node stages.
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
 # stage time limits (T_*) add up to under the device tool's 10-minute call.
@@ -16,6 +16,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # ucxx + libucx 1.20.1 for the UCX trans
     .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
+# the compiled hot path (hpccl/_hotpath.c) for this machine's Python, as pip install would build it
+python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 && echo "hot path: built" \
+  || { echo "hot path: not built"; tail -5 /tmp/build_ext.log; }
 # Debian's Open MPI would load the system UCX beside the wheel's: keep MPI on its own transports
 export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct UCX_WARN_UNUSED_ENV_VARS=n
 OUT=${OUT:-$PWD/out}
@@ -37,6 +40,10 @@ if has topo; then
   nvidia-smi topo -m
   python3 -c "import cupy, torch, mpi4py; print('cupy', cupy.__version__, 'torch', torch.__version__, 'mpi4py', mpi4py.__version__); from cupy.cuda import nccl; print('nccl', nccl.get_version())"
   python3 -m hpccl.topology.nvml
+fi
+if has launch; then
+  stage "host cost of a repeated GPU all_reduce: compiled launch vs ctypes (2 ranks)"
+  timeout ${T_LAUNCH:-120} $MPIRUN -n 2 python3 bench/launch_cost.py || rc=1
 fi
 if has tests2; then
   stage "tests: 2 ranks, 2 GPUs"

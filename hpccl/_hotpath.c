@@ -402,8 +402,38 @@ static PyTypeObject HotType = {
     .tp_getset = Hot_getset,
 };
 
+/* ---- GPU kernel launch: the device fast path's per-call driver work in one call ----
+   cuStreamIsCapturing, cuLaunchKernel and (outside a capture) cuEventRecord of the engine's tail event,
+   through the driver's own entry points (addresses handed over from Python's ctypes handles), instead of
+   three ctypes calls. Returns the CUresult of the launch, or -1 when capturing (no record was made). */
+typedef int (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                        void **, void **);
+typedef int (*capturing_t)(void *, int *);
+typedef int (*record_t)(void *, void *);
+
+static PyObject *gpu_launch(PyObject *self, PyObject *args) {
+  unsigned long long fl, fc, fr, func, stream, params, event;
+  unsigned grid, block;
+  if (!PyArg_ParseTuple(args, "KKKKIIKKK", &fl, &fc, &fr, &func, &grid, &block, &stream, &params, &event))
+    return NULL;
+  int cap = 0;
+  if (((capturing_t)(uintptr_t)fc)((void *)(uintptr_t)stream, &cap) != 0) cap = 0;
+  int rc = ((launch_t)(uintptr_t)fl)((void *)(uintptr_t)func, grid, 1, 1, block, 1, 1, 0, (void *)(uintptr_t)stream,
+                                     (void **)(uintptr_t)params, NULL);
+  if (rc != 0) return PyLong_FromLong(rc);
+  if (cap) return PyLong_FromLong(-1);
+  ((record_t)(uintptr_t)fr)((void *)(uintptr_t)event, (void *)(uintptr_t)stream);
+  return PyLong_FromLong(0);
+}
+
+static PyMethodDef module_methods[] = {
+    {"gpu_launch", gpu_launch, METH_VARARGS,
+     "(cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, func, grid, block, stream, params, tail event) -> "
+     "launch result, or -1 when the stream is capturing (then no event was recorded)"},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
-                                    "hpccl's compiled hot path for small host collectives", -1, NULL};
+                                    "hpccl's compiled hot path for small host collectives", -1, module_methods};
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
   if (PyType_Ready(&HotType) < 0) return NULL;

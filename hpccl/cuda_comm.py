@@ -114,6 +114,10 @@ class CudaComm:
         # fast path: launches snapshotted per (collective, buffers, dtype, op, root, stream)
         self._fast: Dict[tuple, Launch] = {}
         self._live = True
+        from . import hotpath
+        # the fast path's driver calls in C when the extension is built (hpccl/_hotpath.c), else ctypes
+        self.compiled_launch = hotpath._hotpath.gpu_launch if hotpath.available() else None
+        self._entry = self.driver.entry_points()
         self._cp_nd = cupy.ndarray
         self._cur_stream = cupy.cuda.get_current_stream
         probe = cupy.empty(1, dtype=cupy.uint8)
@@ -314,10 +318,15 @@ class CudaComm:
         st = key[-1]
         if st != self._last_stream:
             self._order(st)
-        rc = ln(st)
-        if rc:
-            return False  # the slow path retries and reports
-        self._mark(st)
+        if self.compiled_launch is not None:  # capture check, launch and tail record in one C call
+            rc = self.compiled_launch(*self._entry, ln.fi, ln.grid, ln.block, st, ln.pi, self._tail.ptr)
+            if rc > 0:
+                return False  # the slow path retries and reports
+            self._tail_live = rc == 0
+        else:
+            if ln(st):
+                return False
+            self._mark(st)
         self._seq += 1
         if self._pub is not None:
             self._pub[_I_DEVSEQ] = self._seq

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Tuple, Any, Dict, List, Optional, Sequence
 
 from . import config
 from .errors import HpcclSystemError, HpcclUnsupported
@@ -200,6 +200,12 @@ class Driver:
         return d.value
 
 
+    def entry_points(self) -> Tuple[int, int, int]:
+        """Addresses of cuLaunchKernel, cuStreamIsCapturing and cuEventRecord (for the compiled launch)."""
+        def addr(f: Any) -> int:
+            return ctypes.cast(f, ctypes.c_void_p).value
+        return addr(self.launch_fn), addr(self._is_capturing), addr(self.event_record)
+
     def capturing(self, stream: int) -> bool:
         st = ctypes.c_int(0)
         return self._is_capturing(ctypes.c_void_p(stream), ctypes.byref(st)) == 0 and st.value != 0
@@ -217,7 +223,7 @@ class Driver:
 class Launch:
     """One kernel with its argument storage packed once; call() re-launches with the current values."""
 
-    __slots__ = ("func", "grid", "block", "params", "_keep", "_fn")
+    __slots__ = ("func", "grid", "block", "params", "_keep", "_fn", "fi", "pi")
 
     def __init__(self, driver: Driver, func: int, grid: int, block: int, args: Sequence[ctypes._SimpleCData]):
         self.func = ctypes.c_void_p(func)
@@ -228,6 +234,7 @@ class Launch:
         self._keep.append(arr)
         self.params = ctypes.cast(arr, ctypes.c_void_p)
         self._fn = driver.launch_fn
+        self.fi, self.pi = func, self.params.value  # as ints, for the compiled launch (hpccl/_hotpath.c)
 
     def __call__(self, stream: int) -> int:
         return self._fn(self.func, self.grid, 1, 1, self.block, 1, 1, 0, stream, self.params, None)

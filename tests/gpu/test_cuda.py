@@ -209,6 +209,26 @@ def test_all_to_all_v(world, scale):
     np.testing.assert_array_equal(got, want)
 
 
+def test_compiled_launch_replays(world):
+    """Repeated calls replay their launch snapshot through the compiled driver calls (hpccl/_hotpath.c)
+    when it is built, with correct results."""
+    import cupy
+    from hpccl import hotpath
+    comm, dev = world
+    if not hotpath.available():
+        pytest.skip("hpccl/_hotpath.c is not built here (no C compiler when hpccl was installed)")
+    eng = comm._dev.engine if comm._dev is not None else None
+    if eng is None:
+        pytest.skip("the kernel engine serves one node; this layout runs GPU calls on the network proxy")
+    assert eng.compiled_launch is not None
+    x = cupy.ones(1000, dtype=cupy.float32)
+    seq = eng._seq
+    for _ in range(5):
+        comm.all_reduce(x)
+    comm.synchronize()
+    assert eng._seq == seq + 5 and float(x[0]) == comm.size ** 5
+
+
 def test_another_gpu_current(world):
     """A call made while another GPU is current (torch's test suite does this) runs in the communicator's
     GPU context (was CUDA_ERROR_INVALID_HANDLE from cuLaunchKernel) and leaves the caller's GPU current."""
