@@ -116,7 +116,8 @@ class CudaComm:
         self._live = True
         from . import hotpath
         # the fast path's driver calls in C when the extension is built (hpccl/_hotpath.c), else ctypes
-        self.compiled_launch = hotpath._hotpath.gpu_launch if hotpath.available() else None
+        self.compiled_launch = (hotpath._hotpath.gpu_launch if hotpath.available()
+                                and config.get("HPCCL_COMPILED_LAUNCH") else None)
         self._entry = self.driver.entry_points()
         self._cp_nd = cupy.ndarray
         self._cur_stream = cupy.cuda.get_current_stream
@@ -358,7 +359,9 @@ class CudaComm:
         pkey = ("ar", dt, opid, nbytes, algo)
         plan = self._plans.get(pkey)
         if plan is None:
-            if algo == "twoshot" and self.size > 1:
+            # two-shot gave wrong results with 2 ranks sharing one H200 (docs/GPU.md, "Known problems"):
+            # where ranks share a GPU it runs as one-shot, which is correct there
+            if algo == "twoshot" and self.size > 1 and not self.peers.shared_gpu:
                 blocks, chunk = self._geometry(nbytes, self.size)
                 name = f"hp_allreduce_twoshot<{dt}, {opid}>"
             else:

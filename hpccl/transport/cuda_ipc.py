@@ -59,6 +59,8 @@ class PeerMemory:
         self._host: Optional[dict] = None
         info = {"dev": device, "pci": cupy.cuda.Device(device).pci_bus_id, "pid": os.getpid()}
         peers = boot.allgather(info)
+        # two or more ranks on one GPU (time-sliced): the engine avoids kernels known to fail there
+        self.shared_gpu = len({p["pci"] for p in peers}) < len(peers)
         p2p_ok = self._p2p_possible(peers, rt)
         all_ok = all(boot.allgather(p2p_ok))
         if force == "ipc" and not all_ok:

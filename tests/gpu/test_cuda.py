@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from hpccl import config
 from hpccl.errors import HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
@@ -217,6 +218,8 @@ def test_compiled_launch_replays(world):
     comm, dev = world
     if not hotpath.available():
         pytest.skip("hpccl/_hotpath.c is not built here (no C compiler when hpccl was installed)")
+    if not config.get("HPCCL_COMPILED_LAUNCH"):
+        pytest.skip("HPCCL_COMPILED_LAUNCH is 0 (the default): bench/gpu_shared_check.sh runs it with 1")
     eng = comm._dev.engine if comm._dev is not None else None
     if eng is None:
         pytest.skip("the kernel engine serves one node; this layout runs GPU calls on the network proxy")
