@@ -499,6 +499,20 @@ class Communicator:
         self._hot_colls = frozenset(c for c in hotpath.COLLECTIVES if (ov.get(c) or ov.get("*")) in (None, "hot"))
         self._front = {} if self._check_calls or self._rec.dump_dir else {c: self._hot for c in self._hot_colls}
 
+    def _front_door(self, coll: str, sendbuf: Any, recvbuf: Any, out_required: bool, *args: Any) -> bool:
+        """Hand a call on plain numpy arrays to the hot path before any Python validation; True when it
+        took the call (anything it declines goes the validating way). ``out_required``: the collective
+        allocates its output when recvbuf is None, which only Python does."""
+        hot = self._front.get(coll)
+        if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
+                or (out_required and type(recvbuf) is not np.ndarray)):
+            return False
+        rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
+        if rc < 0:
+            return False
+        self._hot_done(rc, coll)
+        return True
+
     def _hot_done(self, rc: int, coll: str) -> None:
         """A call the hot path took from the front door: count it, and finish its wait if it is pending
         (the Waiter's timeout, abort and dead-peer checks; a failure is named and aborts as in _run)."""
@@ -638,12 +652,8 @@ class Communicator:
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
         """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
-        hot = self._front.get("all_reduce")
-        if hot is not None and type(sendbuf) is np.ndarray and self._group is None:
-            rc = hot.all_reduce(sendbuf, recvbuf, OPCODE.get(op, -1), self._seq + 1)
-            if rc >= 0:
-                self._hot_done(rc, "all_reduce")
-                return sendbuf if recvbuf is None else recvbuf
+        if self._front and self._front_door("all_reduce", sendbuf, recvbuf, False, OPCODE.get(op, -1)):
+            return sendbuf if recvbuf is None else recvbuf
         key = None
         if self._dev is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("ar", sendbuf, recvbuf, op, -1, stream)
@@ -670,12 +680,9 @@ class Communicator:
     def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
                stream: Any = None) -> Any:
         """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
-        hot = self._front.get("reduce")
-        if hot is not None and type(sendbuf) is np.ndarray and self._group is None and type(root) is int:
-            rc = hot.reduce(sendbuf, recvbuf, root, OPCODE.get(op, -1), self._seq + 1)
-            if rc >= 0:
-                self._hot_done(rc, "reduce")
-                return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
+        if (self._front and type(root) is int
+                and self._front_door("reduce", sendbuf, recvbuf, False, root, OPCODE.get(op, -1))):
+            return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
         key = None
         if self._dev is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("red", sendbuf, recvbuf, op, root, stream)
@@ -709,12 +716,8 @@ class Communicator:
 
     def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None, stream: Any = None) -> Any:
         """Root's buf reaches every rank: in place in buf, or into recvbuf when given."""
-        hot = self._front.get("broadcast")
-        if hot is not None and type(buf) is np.ndarray and self._group is None and type(root) is int:
-            rc = hot.broadcast(buf, recvbuf, root, self._seq + 1)
-            if rc >= 0:
-                self._hot_done(rc, "broadcast")
-                return buf if recvbuf is None else recvbuf
+        if self._front and type(root) is int and self._front_door("broadcast", buf, recvbuf, False, root):
+            return buf if recvbuf is None else recvbuf
         key = None
         if self._dev is not None and type(buf) is not np.ndarray:
             key = self._fast("bc", buf, recvbuf, None, root, stream)
@@ -740,12 +743,8 @@ class Communicator:
     def all_gather(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """recvbuf holds every rank's sendbuf in rank order (size x count); allocated when None.
         In place when sendbuf is recvbuf's own block (recvbuf[rank*count:(rank+1)*count])."""
-        hot = self._front.get("all_gather")
-        if hot is not None and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and self._group is None:
-            rc = hot.all_gather(sendbuf, recvbuf, self._seq + 1)
-            if rc >= 0:
-                self._hot_done(rc, "all_gather")
-                return recvbuf
+        if self._front and self._front_door("all_gather", sendbuf, recvbuf, True):
+            return recvbuf
         key = None
         if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("ag", sendbuf, recvbuf, None, -1, stream)
@@ -768,12 +767,8 @@ class Communicator:
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
                        stream: Any = None) -> Any:
         """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
-        hot = self._front.get("reduce_scatter")
-        if hot is not None and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and self._group is None:
-            rc = hot.reduce_scatter(sendbuf, recvbuf, OPCODE.get(op, -1), self._seq + 1)
-            if rc >= 0:
-                self._hot_done(rc, "reduce_scatter")
-                return recvbuf
+        if self._front and self._front_door("reduce_scatter", sendbuf, recvbuf, True, OPCODE.get(op, -1)):
+            return recvbuf
         key = None
         if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("rs", sendbuf, recvbuf, op, -1, stream)
@@ -802,12 +797,8 @@ class Communicator:
 
     def all_to_all(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """Block j of rank i's sendbuf becomes block i of rank j's recvbuf."""
-        hot = self._front.get("all_to_all")
-        if hot is not None and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray and self._group is None:
-            rc = hot.all_to_all(sendbuf, recvbuf, self._seq + 1)
-            if rc >= 0:
-                self._hot_done(rc, "all_to_all")
-                return recvbuf
+        if self._front and self._front_door("all_to_all", sendbuf, recvbuf, True):
+            return recvbuf
         key = None
         if self._dev is not None and recvbuf is not None and type(sendbuf) is not np.ndarray:
             key = self._fast("a2a", sendbuf, recvbuf, None, -1, stream)
