@@ -9,7 +9,7 @@ from __future__ import annotations
 import ctypes
 import threading
 from pathlib import Path
-from typing import Tuple, Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import config
 from .errors import HpcclSystemError, HpcclUnsupported

@@ -71,6 +71,13 @@ class _Layout:
         self.hot_off = _round(self.win_off + window, 4096)  # the hot path's two slots of ``hot`` bytes
         self.total = _round(self.hot_off + 2 * hot, 4096)
 
+    @classmethod
+    def configured(cls, nlocal: int) -> "_Layout":
+        """The layout the HPCCL_SHM_* and HPCCL_HOT_SIZE settings give for ``nlocal`` ranks on the node."""
+        window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
+        hot = _round(max(config.get("HPCCL_HOT_SIZE"), 0), 64)
+        return cls(nlocal, config.get("HPCCL_SHM_SLOTS"), config.get("HPCCL_SHM_SLOT_SIZE"), window, hot)
+
     def head(self, src: int) -> int:   # int64 index of the channel src -> owner: chunks posted
         return (self.ctrl_off + src * self.ctrl_stride) // 8
 
@@ -292,9 +299,7 @@ class ShmTransport(Transport):
         slot_size = config.get("HPCCL_SHM_SLOT_SIZE")
         if slot_size < 4096 or slot_size % 64:
             raise HpcclInvalidArgument("HPCCL_SHM_SLOT_SIZE", f"{slot_size} must be >= 4096 and a multiple of 64")
-        window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
-        hot = _round(max(config.get("HPCCL_HOT_SIZE"), 0), 64)
-        self._lay = _Layout(len(self.ranks), config.get("HPCCL_SHM_SLOTS"), slot_size, window, hot)
+        self._lay = _Layout.configured(len(self.ranks))
         self.segment_bytes = self._lay.total
         base = f"/dev/shm/hpccl-{os.getuid()}-{tag}-"
         self._path = base + str(self.local)
@@ -329,7 +334,7 @@ class ShmTransport(Transport):
         self._out = {r: _Channel(self._segs[r], self._lay, self.local) for r in self.ranks}
         self._window = ShmWindow(self)
         log.info("TRANSPORT", "shm: %d local ranks, %d B per segment (%d slots x %d B, window %d B)",
-                 len(self.ranks), self._lay.total, self._lay.slots, slot_size, window)
+                 len(self.ranks), self._lay.total, self._lay.slots, slot_size, self._lay.window)
 
     def _probe_cma(self) -> bool:
         """Can this rank read its next local peer's memory directly (same user, ptrace allowed)?"""
@@ -345,9 +350,7 @@ class ShmTransport(Transport):
     @staticmethod
     def segment_size(nlocal: int) -> int:
         """Bytes of one rank's segment for ``nlocal`` ranks on the node, with the configured slots."""
-        window = _round(max(config.get("HPCCL_SHM_DIRECT_SIZE"), 4096), 4096)
-        hot = _round(max(config.get("HPCCL_HOT_SIZE"), 0), 64)
-        return _Layout(nlocal, config.get("HPCCL_SHM_SLOTS"), config.get("HPCCL_SHM_SLOT_SIZE"), window, hot).total
+        return _Layout.configured(nlocal).total
 
     @staticmethod
     def new_tag() -> str:
