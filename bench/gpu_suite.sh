@@ -3,7 +3,7 @@
 # the same tests on emulated multi-node layouts (2 nodes x 1 GPU, 2 nodes x 2 ranks; UCX between
 # "nodes", default transports and TCP + cuda_copy), hpccl vs NCCL benchmarks (NCCL forced onto its
 # network transport for the 2-node runs), overlap example. Logs and JSON go to $OUT (docs/perf/).
-#   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap launch"  pick stages;
+#   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap launch registered"  pick stages;
 #   BENCH_ARGS="--sweep"  extra bench flags. Carry ucxx wheels in .whl/ for the multi-node stages.
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
 # stage time limits (T_*) add up to under the device tool's 10-minute call.
@@ -44,6 +44,10 @@ fi
 if has launch; then
   stage "host cost of a repeated GPU all_reduce: compiled launch vs ctypes (2 ranks)"
   timeout ${T_LAUNCH:-120} $MPIRUN -n 2 python3 bench/launch_cost.py || rc=1
+fi
+if has registered; then
+  stage "registered (zero-copy, copy-engine) vs staged GPU collectives (2 ranks)"
+  timeout ${T_REGISTERED:-200} $MPIRUN -n 2 python3 bench/registered.py ${REG_ARGS:-} --json "$OUT/registered.json" || rc=1
 fi
 if has tests2; then
   stage "tests: 2 ranks, 2 GPUs"

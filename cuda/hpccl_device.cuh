@@ -20,10 +20,16 @@ typedef unsigned int u32;
 #define HPCCL_CTR_COLL (3 * HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)       // [block]
 #define HPCCL_CTR_SEND (HPCCL_CTR_COLL + HPCCL_MAX_BLOCKS)            // [peer][block]
 #define HPCCL_CTR_RECV (HPCCL_CTR_SEND + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)  // [peer][block]
-#define HPCCL_FLAG_WORDS (HPCCL_CTR_RECV + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)
+// Zero-copy kernels on registered buffers (own flag space, so a rank in a staged kernel and one in a
+// zero-copy kernel never take each other's flags for data: a mismatch times out, naming the call):
+#define HPCCL_FL_REG (HPCCL_CTR_RECV + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)     // [src][block] steps
+#define HPCCL_FL_DESC (HPCCL_FL_REG + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)      // [src][block] call descriptor
+#define HPCCL_CTR_REG (HPCCL_FL_DESC + HPCCL_MAX_RANKS * HPCCL_MAX_BLOCKS)     // [block], private
+#define HPCCL_FLAG_WORDS (HPCCL_CTR_REG + HPCCL_MAX_BLOCKS)
 
 #define HPCCL_ERR_TIMEOUT 1u  // this rank's wait timed out
 #define HPCCL_ERR_ABORT 2u    // a rank of the node aborted (set by its host, hpccl/transport/shm.py)
+#define HPCCL_ERR_MISMATCH 3u // ranks passed registered buffers at different registrations/offsets
 
 struct CommArgs {
   const char* send;      // this rank's input
@@ -58,6 +64,15 @@ struct P2PArgs {
   int nops;
   int pad_;
   P2POp ops[HPCCL_MAX_P2P_OPS];
+};
+
+// Zero-copy collectives: every rank's registered input and output, mapped into this process (CUDA IPC).
+struct RegArgs {
+  CommArgs c;
+  const char* src[HPCCL_MAX_RANKS];  // rank r's input (its own: c.send)
+  char* dst[HPCCL_MAX_RANKS];        // rank r's output (its own: c.recv)
+  u32 desc;                          // registration ids and offsets of this call; equal on every rank
+  int pad_;
 };
 
 // ---- system-scope synchronisation -------------------------------------------------------------------
@@ -227,3 +242,4 @@ union Vec16 {
 static_assert(sizeof(CommArgs) == 224, "CommArgs layout changed: update hpccl/kernels.py");
 static_assert(sizeof(P2POp) == 32, "P2POp layout changed: update hpccl/kernels.py");
 static_assert(sizeof(P2PArgs) == 744, "P2PArgs layout changed: update hpccl/kernels.py");
+static_assert(sizeof(RegArgs) == 360, "RegArgs layout changed: update hpccl/kernels.py");

@@ -573,6 +573,12 @@ class Communicator:
         """Device Calls: kernels (one node), hier, or a host schedule on the network proxy."""
         dev = self._dev
         coll, args, st = call.coll, call.args, call.stream
+        eng = dev.engine
+        if eng is not None and eng.registry:
+            algo = eng.registered(coll, args, st)
+            if algo is not None:
+                self._rec.algo(algo)
+                return
         algo = self._choose(coll, call.nbytes, CUDA)
         spec = ALGORITHMS[coll].get(algo)
         if spec is not None and spec.cuda_scope == "node":
@@ -884,6 +890,36 @@ class Communicator:
                 if s1 < e0:
                     raise HpcclInvalidArgument(dname, f"blocks {j0} and {j1} of {bname} overlap")
         return list(zip(ds, cs))
+
+    # ----- registered GPU buffers --------------------------------------------------------------------------
+    def register(self, buf: Any) -> None:
+        """Map a CUDA buffer into every peer of the node once (collective, like ncclCommRegister): calls
+        whose buffers lie in it, at the same offset on every rank, then read peers' memory directly (zero-copy
+        kernels) instead of staging. hpccl keeps a reference to buf until deregister(buf) or destroy()."""
+        eng, flat = self._registrable(buf, "register")
+        eng.register(flat.data.ptr, flat.nbytes, buf, "buf")
+
+    def deregister(self, buf: Any) -> None:
+        """Undo register(buf) on every rank together, once every rank's GPU work so far is done."""
+        eng, flat = self._registrable(buf, "deregister")
+        eng.deregister(flat.data.ptr, flat.nbytes, "buf")
+
+    def _registrable(self, buf: Any, what: str) -> Tuple[Any, Any]:
+        self._alive(what)
+        if self._group is not None:
+            raise HpcclInvalidUsage(f"{what} inside comm.group(); call it outside the group")
+        if type(buf) is np.ndarray or memory_kind(buf) == HOST:
+            raise HpcclInvalidArgument("buf", f"is host memory; {what} takes CUDA buffers (host calls need no "
+                                              "registration)")
+        m = self._memory(buf, what)
+        flat, _ = m.view(buf, "buf")
+        if flat.nbytes == 0:
+            raise HpcclInvalidArgument("buf", f"is empty; nothing to {what}")
+        eng = self._dev.engine
+        if eng is None:
+            raise HpcclUnsupported(f"{what}: zero-copy kernels serve communicators of one node; this one spans "
+                                   f"{self.num_nodes} nodes (its GPU calls go through the network proxy)")
+        return eng, flat
 
     def barrier(self, *, stream: Any = None) -> None:
         """Return once every rank has called barrier; with a stream, a stream-ordered barrier instead:

@@ -104,6 +104,12 @@ _param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kern
 _param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
 _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
        "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")
+_param("HPCCL_CUDA_ZERO_COPY", 64 << 10, _size,
+       "Bytes per rank from which collectives on registered GPU buffers (comm.register) run the zero-copy "
+       "kernels, which read peers' buffers directly; -1: never (registered buffers are staged like others).")
+_param("HPCCL_CUDA_CE_SIZE", 16 << 20, _size,
+       "Bytes per rank from which broadcast and all_gather on registered GPU buffers move data with the copy "
+       "engines (peer cudaMemcpyAsync, no SMs) instead of a zero-copy kernel; 0: never.")
 _param("HPCCL_CUDA_DEVICE", -1, int, "GPU of this rank for the CUDA path; -1: local_rank % GPUs.")
 _param("HPCCL_CUDA_SOURCES", "", str, "Folder of hpccl's .cu/.cuh kernel sources when not installed with "
        "the package (hpccl/_cuda) or in a source checkout (cuda/).")

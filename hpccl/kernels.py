@@ -19,10 +19,12 @@ MAX_BLOCKS = 64
 MAX_P2P_OPS = 16
 ERR_TIMEOUT = 1
 ERR_ABORT = 2  # set by a rank's abort in every local rank's error word (hpccl/transport/shm.py)
+ERR_MISMATCH = 3  # ranks passed registered buffers at different registrations or offsets
 # word offsets in a rank's flag area (cuda/hpccl_device.cuh)
 FL_COLL = 0
 CTR_SEND = 3 * MAX_RANKS * MAX_BLOCKS + MAX_BLOCKS
-FLAG_WORDS = CTR_SEND + 2 * MAX_RANKS * MAX_BLOCKS
+CTR_REG = CTR_SEND + 4 * MAX_RANKS * MAX_BLOCKS
+FLAG_WORDS = CTR_REG + MAX_BLOCKS
 
 #: dtype name -> id used as the DT template argument
 DTYPE_IDS: Dict[str, int] = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
@@ -55,6 +57,11 @@ class P2PArgs(ctypes.Structure):
                 ("ops", P2POp * MAX_P2P_OPS)]
 
 
+class RegArgs(ctypes.Structure):
+    _fields_ = [("c", CommArgs), ("src", ctypes.c_uint64 * MAX_RANKS), ("dst", ctypes.c_uint64 * MAX_RANKS),
+                ("desc", ctypes.c_uint32), ("pad_", ctypes.c_int32)]
+
+
 def source_dir() -> Path:
     """Where the .cu/.cuh files are: packaged as hpccl/_cuda (wheel), or cuda/ of a source checkout."""
     env = config.get("HPCCL_CUDA_SOURCES")
@@ -80,7 +87,7 @@ def reduce_names(dt: int) -> List[str]:
     reduce of the network path and, for floats, its avg scaling."""
     ops = range(5) if dt in FLOAT_IDS else range(4)
     names = [f"{k}<{dt}, {op}>" for op in ops
-             for k in ("hp_reduce_push", "hp_allreduce_twoshot", "hp_reduce_local")]
+             for k in ("hp_reduce_push", "hp_allreduce_twoshot", "hp_reg_reduce", "hp_reduce_local")]
     return names + ([f"hp_scale_local<{dt}>"] if dt in FLOAT_IDS else [])
 
 
@@ -165,6 +172,9 @@ class Driver:
         self._is_capturing = fn("cuStreamIsCapturing", P, ctypes.POINTER(I))
         self._stream_device = fn("cuStreamGetDevice", P, ctypes.POINTER(I))  # CUDA 12.8+ drivers only
         self._errname = fn("cuGetErrorName", I, ctypes.POINTER(ctypes.c_char_p))
+        self._addr_range = fn("cuMemGetAddressRange_v2", ctypes.POINTER(U64), ctypes.POINTER(ctypes.c_size_t), U64)
+        self._ptr_attr = fn("cuPointerGetAttribute", P, I, U64)
+        self.memcpy_async = fn("cuMemcpyDtoDAsync_v2", U64, U64, ctypes.c_size_t, P)
 
     @classmethod
     def get(cls) -> "Driver":
@@ -199,6 +209,18 @@ class Driver:
             raise HpcclSystemError(f"cuMemHostGetDevicePointer failed: {self.error_name(rc)}")
         return d.value
 
+
+    def allocation(self, ptr: int) -> Tuple[int, int, int]:
+        """(base, bytes, buffer id) of the device allocation holding ptr; HpcclSystemError when ptr is not
+        in a live allocation (never allocated, or freed). The buffer id is unique per allocation in this
+        process, so a freed range that was allocated again has a new one."""
+        base, size, bid = ctypes.c_uint64(), ctypes.c_size_t(), ctypes.c_uint64()
+        rc = self._addr_range(ctypes.byref(base), ctypes.byref(size), ptr)
+        if rc == 0:
+            rc = self._ptr_attr(ctypes.byref(bid), 15, ptr)  # CU_POINTER_ATTRIBUTE_BUFFER_ID
+        if rc:
+            raise HpcclSystemError(f"address {ptr:#x} is not in a live CUDA allocation: {self.error_name(rc)}")
+        return base.value, size.value, bid.value
 
     def entry_points(self) -> Tuple[int, int, int]:
         """Addresses of cuLaunchKernel, cuStreamIsCapturing and cuEventRecord (for the compiled launch)."""

@@ -24,3 +24,36 @@ def test_nvcc_compiles(src, arch, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert out.stat().st_size > 0
+
+
+def _header_defines() -> dict:
+    """The header's integer #defines (HPCCL_*), evaluated in order."""
+    import re
+    vals: dict = {}
+    for m in re.finditer(r"^#define (HPCCL_\w+) ([^/\n]+)", (ROOT / "cuda" / "hpccl_device.cuh").read_text(), re.M):
+        expr = m.group(2).strip().rstrip("u")
+        try:
+            vals[m.group(1)] = eval(expr, {}, vals)  # noqa: S307 - our own header's arithmetic
+        except Exception:  # noqa: BLE001 - not an integer define
+            pass
+    return vals
+
+
+def test_ctypes_mirror_the_header():
+    """hpccl/kernels.py's structs and flag-area constants agree with cuda/hpccl_device.cuh (the kernels'
+    static_asserts pin the C sizes; a drift here would make every launch read garbage)."""
+    import ctypes
+    import re
+    from hpccl import kernels
+    text = (ROOT / "cuda" / "hpccl_device.cuh").read_text()
+    sizes = dict(re.findall(r"static_assert\(sizeof\((\w+)\) == (\d+)", text))
+    assert set(sizes) == {"CommArgs", "P2POp", "P2PArgs", "RegArgs"}
+    for name, size in sizes.items():
+        assert ctypes.sizeof(getattr(kernels, name)) == int(size), name
+    d = _header_defines()
+    assert d["HPCCL_FLAG_WORDS"] == kernels.FLAG_WORDS
+    assert d["HPCCL_CTR_REG"] == kernels.CTR_REG
+    assert d["HPCCL_CTR_SEND"] == kernels.CTR_SEND
+    assert (d["HPCCL_ERR_TIMEOUT"], d["HPCCL_ERR_ABORT"], d["HPCCL_ERR_MISMATCH"]) == (
+        kernels.ERR_TIMEOUT, kernels.ERR_ABORT, kernels.ERR_MISMATCH)
+    assert (d["HPCCL_MAX_RANKS"], d["HPCCL_MAX_BLOCKS"]) == (kernels.MAX_RANKS, kernels.MAX_BLOCKS)
