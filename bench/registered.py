@@ -83,7 +83,6 @@ for nbytes in [_size(t) for t in args.sizes.split(",")]:
     comm.deregister(x)
     comm.deregister(y)
     comm.deregister(g)
-eng.zero_copy_min, eng.ce_min = 64 << 10, 16 << 20
 if me == 0 and args.json:
     with open(args.json, "w") as f:
         json.dump({"ranks": n, "rows": rows}, f, indent=1)

@@ -104,7 +104,7 @@ _param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kern
 _param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
 _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
        "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")
-_param("HPCCL_CUDA_ZERO_COPY", 64 << 10, _size,
+_param("HPCCL_CUDA_ZERO_COPY", 1 << 20, _size,
        "Bytes per rank from which collectives on registered GPU buffers (comm.register) run the zero-copy "
        "kernels, which read peers' buffers directly; -1: never (registered buffers are staged like others).")
 _param("HPCCL_CUDA_CE_SIZE", 16 << 20, _size,

@@ -444,7 +444,13 @@ class CudaComm:
         if nbytes < self.zero_copy_min or self.zero_copy_min < 0:
             return None
         reg = self.registry
-        hit = reg.find(send.data.ptr, send.nbytes, "sendbuf")
+        if coll == "all_gather" and send.data.ptr == recv.data.ptr + self.rank * nbytes:
+            # in place: every rank's input is its block of its output, at a different offset on each rank
+            hit = reg.find(recv.data.ptr, recv.nbytes, "recvbuf")
+            step = nbytes
+        else:
+            hit = reg.find(send.data.ptr, send.nbytes, "sendbuf")
+            step = 0
         if hit is None:
             return None
         if coll == "all_to_all" and send.data.ptr < recv.data.ptr + recv.nbytes and \
@@ -459,11 +465,10 @@ class CudaComm:
         root = args[2] if coll in ("reduce", "broadcast") else -1
         r = self.reg_args
         a = r.c
-        src_off = hit[1]
         for p in range(self.size):
-            r.src[p] = hit[0].peers[p] + src_off
+            r.src[p] = hit[0].peers[p] + hit[1] + p * step
             r.dst[p] = parts[-1][0].peers[p] + parts[-1][1] if coll == "all_reduce" else 0
-        r.desc = Registry.descriptor(f"{coll}:{root}:{nbytes}", *parts)
+        r.desc = Registry.descriptor(f"{coll}:{root}:{nbytes}:{step}", *parts)
         stride = rstride = 0
         if coll == "reduce_scatter":
             stride = nbytes
