@@ -75,9 +75,9 @@ _param("HPCCL_HOT_SIZE", 1 << 20, _size,
 _param("HPCCL_HOT_REDUCE_SIZE", 256 << 10, _size,
        "The hot path's limit for all_reduce (every rank reads and reduces every rank's data, so the Python "
        "algorithms' schedules win above it); at most HPCCL_HOT_SIZE.")
-_param("HPCCL_COMPILED_LAUNCH", 0, int,
+_param("HPCCL_COMPILED_LAUNCH", 1, int,
        "1: repeated GPU calls make their driver calls (capture check, launch, event record) in one C call "
-       "of the hot-path extension instead of three ctypes calls.")
+       "of the hot-path extension (when it is built) instead of three ctypes calls; 0: through ctypes.")
 _param("HPCCL_SPIN", 2000, int,
        "Polls of a flag before a waiting rank starts yielding its core (then sleeping briefly); "
        "capped at 50 when a node has more ranks than cores.")

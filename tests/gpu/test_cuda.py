@@ -219,7 +219,7 @@ def test_compiled_launch_replays(world):
     if not hotpath.available():
         pytest.skip("hpccl/_hotpath.c is not built here (no C compiler when hpccl was installed)")
     if not config.get("HPCCL_COMPILED_LAUNCH"):
-        pytest.skip("HPCCL_COMPILED_LAUNCH is 0 (the default): bench/gpu_shared_check.sh runs it with 1")
+        pytest.skip("HPCCL_COMPILED_LAUNCH=0 in this run (the default, 1, runs it)")
     eng = comm._dev.engine if comm._dev is not None else None
     if eng is None:
         pytest.skip("the kernel engine serves one node; this layout runs GPU calls on the network proxy")

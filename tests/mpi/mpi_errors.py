@@ -127,6 +127,17 @@ def test_root_and_peer_out_of_range(comm):
         assert _arg(e) == "peer"
 
 
+def test_register_takes_gpu_buffers_only(comm):
+    """comm.register of host memory is refused, naming the argument, before anything (no GPU needed); the
+    GPU cases are in tests/gpu/test_registered.py."""
+    for buf in (np.ones(10), bytearray(16)):
+        with pytest.raises(HpcclInvalidArgument) as e:
+            comm.register(buf)
+        assert _arg(e) == "buf" and "host memory" in str(e.value)
+    with pytest.raises(HpcclInvalidArgument):
+        comm.deregister(np.ones(10))
+
+
 def test_still_works_after_bad_calls(comm):
     x = np.ones(100)
     comm.all_reduce(x)
@@ -141,6 +152,8 @@ def test_use_after_destroy():
         c.all_reduce(np.ones(3))
     with pytest.raises(HpcclInvalidUsage, match="destroyed"):
         c.barrier()
+    with pytest.raises(HpcclInvalidUsage, match="destroyed"):
+        c.register(np.ones(3))
 
 
 def test_error_codes_are_stable():
