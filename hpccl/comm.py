@@ -38,6 +38,9 @@ from .transport.shm import ShmTransport, ordering_problem
 
 OpLike = Union[ReduceOp, str]
 FIRED = object()  # the device fast path replayed the call
+_perf = time.perf_counter
+_FAST_NAMES = {"ar": "all_reduce", "red": "reduce", "bc": "broadcast", "ag": "all_gather", "rs": "reduce_scatter",
+               "a2a": "all_to_all"}
 _P2P = ("send", "recv", "group(send/recv)")  # ranks legitimately call different ones: not checked
 SURVEY_S = 0.5  # how long a timed-out rank waits for its peers' answers to "which collective are you in?"
 
@@ -66,6 +69,8 @@ class Communicator:
         self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
         self._check_calls = config.get("HPCCL_CHECK")
+        self._replay_algo: Dict[tuple, str] = {}  # the algorithm of each GPU launch snapshot (comm.stats())
+        self._gpu_timer: Any = None  # CUDA events timing traced GPU calls (hpccl/trace.py)
 
         names = self._boot.allgather(node_name(self._boot.world_rank, node_id))
         self.nodes: NodeMap = detect_nodes(names)
@@ -80,6 +85,10 @@ class Communicator:
         self._transports: List[Transport] = []
         tag = self._boot.bcast(ShmTransport.new_tag() if self.rank == 0 else None)
         self._rec = Recorder(tag, self.rank, self.size, self._boot.world_rank)
+        from . import nvtx
+        self._nvtx = nvtx.ranges()
+        self._rec.nvtx = self._nvtx
+        self._observed = self._rec.trace is not None or self._nvtx is not None  # every GPU call through _run
         shm = None
         problem = ordering_problem() if self.local_size > 1 and force != "mpi" else None
         if problem is not None:
@@ -123,6 +132,9 @@ class Communicator:
         self._front: Dict[str, Any] = {}  # the same, taken before Python validation (plain numpy arrays)
         if shm is not None and self.num_nodes == 1:
             self._hot = hotpath.attach(shm, self.rank, spin)
+        # the front door's counters (comm.stats()), updated inline; all_gather counts its output's bytes
+        self._hot_rows = {c: (self._rec.stats.row(c, HOST, "hot"), self.size if c == "all_gather" else 1)
+                          for c in hotpath.COLLECTIVES}
         if self._hot is not None:
             self._tuner.on_force = self._hot_refresh
             self._hot_refresh()
@@ -271,6 +283,8 @@ class Communicator:
         first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing."""
         if self._dev is not None:
             self._dev.synchronize()
+            if self._gpu_timer is not None:
+                self._gpu_timer.harvest(self._rec.trace)
         for kind in ("inter", "intra"):  # a network step's failure names who never came: report it first
             if kind in self._sub:
                 self._sub[kind].synchronize()
@@ -300,6 +314,15 @@ class Communicator:
         if self._hot is not None:
             self._hot.cancel()
             self._hot = None
+        if self._gpu_timer is not None:
+            try:
+                self._gpu_timer.harvest(self._rec.trace, wait=True)
+                self._gpu_timer.close()
+            except Exception:  # noqa: BLE001 - a failed GPU leaves its calls untimed
+                pass
+            self._gpu_timer = None
+        if self._rec.trace is not None:
+            self._rec.trace.close()
         if self._dev is not None:
             self._dev.close()
             self._dev = None
@@ -400,6 +423,12 @@ class Communicator:
         if self._check_calls and call.coll not in _P2P:
             self._agree(call, rec)
         back = None if call.mem is host else _on_device(call.mem.device)
+        timed = None
+        if self._observed and call.mem is not host:
+            if self._nvtx is not None:
+                self._nvtx.push_range(f"hpccl {call.coll} #{self._seq} {call.nbytes} B", domain="hpccl")
+            if self._rec.trace is not None and call.stream is not None:
+                timed = self._gpu_begin(call.mem.device, call.stream)
         try:
             if call.fn is not Communicator._collective:
                 call.fn(self, call)
@@ -413,9 +442,26 @@ class Communicator:
             self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
             raise exc from None
         finally:
+            if self._nvtx is not None and call.mem is not host:
+                self._nvtx.pop_range(domain="hpccl")
             if back is not None:
                 _on_device(back)
         self._rec.end(rec, "done" if call.mem is host else "enqueued")
+        if timed is not None:
+            self._gpu_timer.end(timed, call.stream, (call.coll, self._seq, call.nbytes, rec[4]))
+            self._gpu_timer.harvest(self._rec.trace)
+
+    def _gpu_begin(self, device: int, stream: int) -> Optional[int]:
+        """A CUDA event before a traced GPU call on its stream (None inside a capture)."""
+        if self._gpu_timer is None:
+            from .trace import GpuTimer
+            self._gpu_timer = GpuTimer(device)
+        return self._gpu_timer.begin(stream)
+
+    def stats(self) -> Dict[str, Dict[str, dict]]:
+        """Calls, bytes and seconds (host time inside the call; for GPU calls the time to enqueue) per
+        collective and algorithm (memory kind in brackets), since this communicator was made."""
+        return self._rec.stats.snapshot()
 
     def _agree(self, call: "Call", rec: list) -> None:
         """HPCCL_CHECK: the ranks compare what they are about to call. A mismatch is a usage error found by
@@ -497,7 +543,8 @@ class Communicator:
             return
         ov = self._tuner.override
         self._hot_colls = frozenset(c for c in hotpath.COLLECTIVES if (ov.get(c) or ov.get("*")) in (None, "hot"))
-        self._front = {} if self._check_calls or self._rec.dump_dir else {c: self._hot for c in self._hot_colls}
+        self._front = ({} if self._check_calls or self._rec.dump_dir or self._rec.trace is not None
+                       else {c: self._hot for c in self._hot_colls})
 
     def _front_door(self, coll: str, sendbuf: Any, recvbuf: Any, out_required: bool, *args: Any) -> bool:
         """Hand a call on plain numpy arrays to the hot path before any Python validation; True when it
@@ -507,10 +554,18 @@ class Communicator:
         if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
                 or (out_required and type(recvbuf) is not np.ndarray)):
             return False
+        t0 = _perf()
         rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
         if rc < 0:
             return False
-        self._hot_done(rc, coll)
+        if rc:
+            self._hot_done(rc, coll)
+        else:
+            self._seq += 1
+        row, mult = self._hot_rows[coll]
+        row[0] += 1
+        row[1] += sendbuf.nbytes * mult
+        row[2] += _perf() - t0
         return True
 
     def _hot_done(self, rc: int, coll: str) -> None:
@@ -585,6 +640,10 @@ class Communicator:
             eng = dev.engine
             spec.cuda(eng, *args, st)
             eng.remember(call.key)
+            if call.key is not None:
+                if len(self._replay_algo) > 2048:
+                    self._replay_algo.clear()
+                self._replay_algo[call.key] = algo
             return
         finish = call.finish
         if algo == "hier":
@@ -631,11 +690,17 @@ class Communicator:
         """A repeated single-node device call replays its launch snapshot (returns FIRED when it did) or
         returns the key to snapshot this call under; host buffers and groups never take this path."""
         eng = self._dev.engine
-        if eng is None or self._group is not None or self._check_calls:
+        if eng is None or self._group is not None or self._check_calls or self._observed:
             return None
         key = eng.fast_key(coll, sendbuf, recvbuf, op, root, stream)
-        if key is not None and eng.fire(key):
-            return FIRED
+        if key is not None:
+            t0 = time.perf_counter()
+            if eng.fire(key):
+                ks, name = key[1], _FAST_NAMES[coll]
+                self._rec.stats.add(name, CUDA, self._replay_algo.get(key, ""),
+                                    ks[1] * ks[2].itemsize * (self.size if name == "all_gather" else 1),
+                                    time.perf_counter() - t0)
+                return FIRED
         return key
 
     def _unalias(self, m: Any, send: Any, recv: Any, stream: Any, key: Any,

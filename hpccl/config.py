@@ -92,6 +92,15 @@ _param("HPCCL_RECORD_CALLS", 128, int, "How many recent calls each communicator'
 _param("HPCCL_CHECK", False, _bool,
        "Before every collective the ranks agree on (collective, bytes, dtype, op, root, memory kind); a "
        "mismatch raises on every rank naming the ranks that differ (one small exchange per call).")
+_param("HPCCL_TRACE", "", str,
+       "A folder: each rank writes a Chrome-trace / Perfetto JSON per communicator there "
+       "(hpccl-trace-<communicator>-rank<R>.json; every call, GPU calls also with their event-timed "
+       "duration); 'hpccl-trace merge' joins the ranks' files. Turns the compiled host hot path's front door "
+       "and GPU launch replay off, so every call is recorded.")
+_param("HPCCL_NVTX", "auto", str.lower,
+       "NVTX ranges around every GPU collective (Nsight Systems): 'auto' when the nvtx package is "
+       "importable, '1' on, '0' off. While on, GPU calls are not replayed from launch snapshots.",
+       ("auto", "1", "0"))
 _param("HPCCL_CHECK_ENV", True, _bool,
        "Check /dev/shm size, memlock and GPU peer access at init and say what to fix.")
 _param("HPCCL_CUDA_BUFFER_SIZE", 64 << 20, _size,

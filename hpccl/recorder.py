@@ -14,6 +14,8 @@ import weakref
 from typing import Any, Dict, List, Optional
 
 from . import config, log
+from .stats import Stats
+from .trace import open_trace
 
 # one record: [seq, collective, bytes, memory kind, algorithm, start, end, state]
 _SEQ, _COLL, _BYTES, _KIND, _ALGO, _START, _END, _STATE = range(8)
@@ -32,6 +34,10 @@ class Recorder:
         self.current: Optional[list] = None
         self.dump_dir = config.get("HPCCL_DUMP_DIR")
         self.dumped: Optional[str] = None
+        self.stats = Stats()  # every finished call is counted (comm.stats())
+        trace_dir = config.get("HPCCL_TRACE")
+        self.trace = open_trace(trace_dir, tag, rank, size, world_rank) if trace_dir else None
+        self.nvtx: Any = None  # the nvtx module while GPU calls are ranged (set by the communicator)
         if self.dump_dir:
             _live.add(self)
             _install_sigusr1()
@@ -45,9 +51,15 @@ class Recorder:
     def algo(self, name: str) -> None:
         if self.current is not None:
             self.current[_ALGO] = name
+            if self.nvtx is not None and self.current[_KIND] != "host":
+                self.nvtx.mark(f"algorithm {name}", domain="hpccl")
 
     def end(self, rec: list, state: str) -> None:
         rec[_END], rec[_STATE] = time.time(), state
+        self.stats.add(rec[_COLL], rec[_KIND], rec[_ALGO], rec[_BYTES], rec[_END] - rec[_START])
+        if self.trace is not None:
+            self.trace.call(rec[_COLL], rec[_SEQ], rec[_BYTES], rec[_KIND], rec[_ALGO], rec[_START], rec[_END],
+                            state)
 
     def calls(self) -> List[dict]:
         keys = ("seq", "collective", "bytes", "memory", "algorithm", "start", "end", "state")

@@ -39,6 +39,9 @@ def _args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--mem", default="host", choices=["host", "cuda"], help="buffer memory")
     p.add_argument("--json", default="", help="write every result to this file")
     p.add_argument("--plot", default="", help="draw busbw against size per library to this PNG")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="at the end, print each rank's comm.stats() (calls, bytes, seconds per collective and "
+                        "algorithm)")
     a = p.parse_args(argv)
     if a.collectives == ["all"]:
         a.collectives = list(COLLECTIVES)
@@ -221,6 +224,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                            results=results), f, indent=1)
     if rank == 0 and a.plot:
         _plot(results, list(libs), a.plot)
+    if a.verbose:
+        lines = world.gather(comm._rec.stats.lines())
+        if rank == 0:
+            for r, ls in enumerate(lines):
+                say(f"# comm.stats() of rank {r}")
+                for ln in ls:
+                    say(f"#   {ln}")
     for lib in libs.values():
         lib.close()
     comm.destroy()

@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
+import torch.autograd.profiler as _autograd_profiler
 import torch.distributed as dist
 
 from .. import Communicator, config
@@ -268,7 +269,14 @@ class HpcclProcessGroup(dist.ProcessGroup):
         """Run an hpccl call: CPU tensors complete here; CUDA tensors are enqueued on this group's stream
         (after the caller's current stream's work), and the Work's wait() joins the caller's stream to it.
         ``temps``: the call makes torch temporaries, which then belong to hpccl's stream. Errors (bad input
-        naming the argument, timeouts naming the ranks) raise from the call itself."""
+        naming the argument, timeouts naming the ranks) raise from the call itself. Under torch.profiler
+        the call is a range named "hpccl:<the torch method>" (e.g. hpccl:allreduce)."""
+        if _autograd_profiler._is_profiler_enabled:
+            with torch.profiler.record_function("hpccl:" + sys._getframe(1).f_code.co_name):  # the method that called
+                return self._run_now(result, fn, tensors, temps)
+        return self._run_now(result, fn, tensors, temps)
+
+    def _run_now(self, result: Any, fn: Callable[[], None], tensors: Sequence[torch.Tensor], temps: bool) -> Any:
         if not tensors or not tensors[0].is_cuda:
             self._h = None
             fn()

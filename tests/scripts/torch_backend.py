@@ -207,6 +207,13 @@ if DEV == "cuda":
         check("tensor on the wrong device raises, naming it", "memory" in str(exc) or "device" in str(exc))
         check("nothing written", torch.count_nonzero(out).item() == 0)
 
+# torch.profiler shows hpccl's collectives as named ranges (issue 13)
+with torch.profiler.profile() as prof:
+    dist.all_reduce(data(rank))
+    dist.broadcast(data(rank), 0)
+names = {e.name for e in prof.events()}
+check("torch.profiler has hpccl:allreduce and hpccl:broadcast", {"hpccl:allreduce", "hpccl:broadcast"} <= names)
+
 # DDP on hpccl and on the reference backend (a group over the same ranks): same data, same seeds, 30 steps;
 # a branch some ranks leave unused (find_unused_parameters), then join() with uneven inputs
 ref = dist.new_group(backend=REF)
