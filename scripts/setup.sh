@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".[mpich,test,bench,ucx]"
+.venv/bin/python -m pip install -q -e ".[mpich,test,bench,ucx,docs]"
 # torch (CPU): the gloo baseline, a buffer type, and the torch.distributed backend's tests (its own test
 # suite needs expecttest and hypothesis); a local wheel makes this quick.
 if [ "${HPCCL_SKIP_TORCH:-0}" != "1" ]; then
