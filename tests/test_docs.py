@@ -4,7 +4,6 @@ examples); then Debian's chromium, headless, loads every page and every internal
 the page it points to (the file exists, and so does the #anchor in the DOM the browser built)."""
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
