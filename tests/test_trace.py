@@ -53,3 +53,16 @@ def test_nvtx_switch(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="hpccl"):
         assert hnvtx.ranges() is None
     assert any("nvtx package is not installed" in r.getMessage() for r in caplog.records)
+
+
+def test_nvtx_calls_match_the_package():
+    """The calls hpccl makes (comm.py: push_range/pop_range; recorder.py: mark) are the nvtx package's
+    own API: made here against the real package (installed with the test extra), where, with no profiler
+    attached, they record nothing and must not raise."""
+    import nvtx
+    nvtx.push_range("hpccl all_reduce #1 8 B", domain="hpccl")
+    nvtx.mark("algorithm oneshot", domain="hpccl")
+    nvtx.pop_range(domain="hpccl")
+    src = (ROOT / "hpccl" / "comm.py").read_text() + (ROOT / "hpccl" / "recorder.py").read_text()
+    assert 'push_range(f"hpccl {call.coll} #{self._seq} {call.nbytes} B", domain="hpccl")' in src
+    assert 'pop_range(domain="hpccl")' in src and 'mark(f"algorithm {name}", domain="hpccl")' in src
