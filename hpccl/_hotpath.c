@@ -20,12 +20,13 @@
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
 #define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
 
-enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A };
+enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
 enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
 enum { S_IDLE, S_PRE, S_WAIT };
@@ -45,7 +46,17 @@ typedef struct {
   Py_ssize_t nbytes;         /* this rank's contribution (all_gather: one block) */
   Py_buffer send, recv;
   int have_send, have_recv;
+  /* counters per collective (comm.stats()): completed calls, this rank's bytes, seconds inside them */
+  double t0;
+  long long n_calls[NKINDS], n_bytes[NKINDS];
+  double n_secs[NKINDS];
 } Hot;
+
+static inline double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static inline int64_t ld_acq(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void st_rel(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -206,6 +217,9 @@ static int advance(Hot *h) {
       } else {
         finish(h);
       }
+      h->n_calls[h->kind] += 1;
+      h->n_bytes[h->kind] += h->nbytes;
+      h->n_secs[h->kind] += now() - h->t0;
       release(h);
       return 0;
     }
@@ -258,6 +272,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
       h->recv.buf = h->send.buf; /* in place */
     }
   }
+  h->t0 = now();
   h->f += 1;
   st_rel(h->arrived[h->rank], seq);
   h->state = S_PRE;
@@ -364,6 +379,9 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
   h->n = (int)n, h->rank = rank, h->cap = cap, h->reduce_cap = reduce_cap, h->spin = spin, h->f = 0;
   h->state = S_IDLE;
   h->have_send = h->have_recv = 0;
+  memset(h->n_calls, 0, sizeof h->n_calls);
+  memset(h->n_bytes, 0, sizeof h->n_bytes);
+  memset(h->n_secs, 0, sizeof h->n_secs);
   return 0;
 }
 
@@ -373,6 +391,19 @@ static void Hot_dealloc(Hot *h) {
 }
 
 static PyObject *Hot_calls(Hot *h, void *unused) { return PyLong_FromLongLong(h->f); }
+
+static PyObject *Hot_counts(Hot *h, PyObject *unused) {
+  /* [(calls, bytes, seconds)] per collective, in the order all_reduce, all_gather, broadcast,
+     reduce_scatter, barrier, reduce, all_to_all; bytes are this rank's input */
+  PyObject *out = PyList_New(NKINDS);
+  if (out == NULL) return NULL;
+  for (int k = 0; k < NKINDS; k++) {
+    PyObject *t = Py_BuildValue("(LLd)", h->n_calls[k], h->n_bytes[k], h->n_secs[k]);
+    if (t == NULL) { Py_DECREF(out); return NULL; }
+    PyList_SET_ITEM(out, k, t);
+  }
+  return out;
+}
 
 static PyMethodDef Hot_methods[] = {
     {"all_reduce", (PyCFunction)Hot_all_reduce, METH_VARARGS, "(send, recv|None, op, seq) -> 0 done, 1 pending, -1 declined"},
@@ -385,6 +416,7 @@ static PyMethodDef Hot_methods[] = {
     {"resume", (PyCFunction)Hot_resume, METH_NOARGS, "Drive the pending call; True once it is done"},
     {"waiting", (PyCFunction)Hot_waiting, METH_NOARGS, "Ranks the pending call still waits for"},
     {"cancel", (PyCFunction)Hot_cancel, METH_NOARGS, "Drop the pending call (after a failure)"},
+    {"counts", (PyCFunction)Hot_counts, METH_NOARGS, "[(calls, bytes, seconds)] per collective (KINDS order)"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Hot_getset[] = {{"calls", (getter)Hot_calls, NULL, "calls made on this path", NULL},

@@ -132,10 +132,10 @@ class Communicator:
         self._front: Dict[str, Any] = {}  # the same, taken before Python validation (plain numpy arrays)
         if shm is not None and self.num_nodes == 1:
             self._hot = hotpath.attach(shm, self.rank, spin)
-        # the front door's counters (comm.stats()), updated inline; all_gather counts its output's bytes
-        self._hot_rows = {c: (self._rec.stats.row(c, HOST, "hot"), self.size if c == "all_gather" else 1)
-                          for c in hotpath.COLLECTIVES}
         if self._hot is not None:
+            hot = self._hot  # its calls are counted in C, front door and validated path alike
+            self._rec.stats.external.append(
+                lambda: [(c, HOST, "hot", n, b, t) for c, n, b, t in hotpath.counts(hot, self.size)])
             self._tuner.on_force = self._hot_refresh
             self._hot_refresh()
         if config.get("HPCCL_CHECK_ENV"):
@@ -554,18 +554,10 @@ class Communicator:
         if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
                 or (out_required and type(recvbuf) is not np.ndarray)):
             return False
-        t0 = _perf()
         rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
         if rc < 0:
             return False
-        if rc:
-            self._hot_done(rc, coll)
-        else:
-            self._seq += 1
-        row, mult = self._hot_rows[coll]
-        row[0] += 1
-        row[1] += sendbuf.nbytes * mult
-        row[2] += _perf() - t0
+        self._hot_done(rc, coll)
         return True
 
     def _hot_done(self, rc: int, coll: str) -> None:

@@ -4,7 +4,7 @@ Built by `pip install` with the package; where it was not built (no C compiler) 
 in Python, slower, and `hpccl-info` says so. ``available()`` tells which one this process uses."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 from . import config
 from .ops import AVG, MAX, MIN, PROD, SUM
@@ -20,6 +20,14 @@ OPCODE = {SUM: 0, PROD: 1, MIN: 2, MAX: 3, AVG: 4, "sum": 0, "prod": 1, "min": 2
 #: collectives the hot path serves (one node; up to HPCCL_HOT_SIZE bytes per rank, HPCCL_HOT_REDUCE_SIZE for
 #: all_reduce)
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce", "all_to_all", "barrier")
+#: the order of Hot.counts() (the C kinds)
+KINDS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "barrier", "reduce", "all_to_all")
+
+
+def counts(hot: Any, size: int) -> List[tuple]:
+    """(collective, calls, bytes, seconds) of the calls the hot path completed, counted in C (no cost per
+    call in Python); all_gather's bytes are its output's, as on the other paths."""
+    return [(k, c, b * (size if k == "all_gather" else 1), t) for k, (c, b, t) in zip(KINDS, hot.counts()) if c]
 
 
 def available() -> bool:

@@ -3,16 +3,19 @@ Seconds are host time inside the call: for GPU calls that is the time to enqueue
 (HPCCL_TRACE has that)."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Callable, Dict, Iterable, List
 
 
 class Stats:
-    """[calls, bytes, seconds] per (collective, memory kind, algorithm)."""
+    """[calls, bytes, seconds] per (collective, memory kind, algorithm), plus rows counted elsewhere (the
+    compiled hot path counts its own calls in C: ``external`` callables return (collective, kind,
+    algorithm, calls, bytes, seconds) rows)."""
 
-    __slots__ = ("table",)
+    __slots__ = ("table", "external")
 
     def __init__(self) -> None:
         self.table: Dict[tuple, List[float]] = {}
+        self.external: List[Callable[[], Iterable[tuple]]] = []
 
     def row(self, coll: str, kind: str, algo: str) -> List[float]:
         """The counters of one (collective, memory kind, algorithm), for callers that update them inline."""
@@ -30,7 +33,14 @@ class Stats:
     def snapshot(self) -> Dict[str, Dict[str, dict]]:
         """{collective: {"algorithm (memory)": {"calls", "bytes", "seconds"}}}, sorted by name."""
         out: Dict[str, Dict[str, dict]] = {}
-        for (coll, kind, algo), (calls, nbytes, secs) in sorted(self.table.items()):
+        rows = {k: list(v) for k, v in self.table.items()}
+        for ext in self.external:
+            for coll, kind, algo, calls, nbytes, secs in ext():
+                r = rows.setdefault((coll, kind, algo), [0, 0, 0.0])
+                r[0] += calls
+                r[1] += nbytes
+                r[2] += secs
+        for (coll, kind, algo), (calls, nbytes, secs) in sorted(rows.items()):
             if not calls:
                 continue
             out.setdefault(coll, {})[f"{algo or '-'} ({kind})"] = {"calls": int(calls), "bytes": int(nbytes),
