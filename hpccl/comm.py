@@ -136,8 +136,8 @@ class Communicator:
             hot = self._hot  # its calls are counted in C, front door and validated path alike
             self._rec.stats.external.append(
                 lambda: [(c, HOST, "hot", n, b, t) for c, n, b, t in hotpath.counts(hot, self.size)])
-            self._tuner.on_force = self._hot_refresh
             self._hot_refresh()
+        self._tuner.on_force = self._on_force
         if config.get("HPCCL_CHECK_ENV"):
             self._check_env(shm)
         self.setup_seconds = time.perf_counter() - t0
@@ -534,6 +534,16 @@ class Communicator:
         if self._trace:
             log.trace("COLL", "%s #%d %d B %s algo %s", coll, self._seq, nbytes, kind, algo)
         return algo
+
+    def _on_force(self) -> None:
+        """A collective was pinned to another algorithm (Tuner.force): the hot path steps aside or comes
+        back, and the GPU launch snapshots go, since a replay would run the algorithm of the call that
+        made it. (A snapshot is keyed by buffers, not algorithm; two ranks whose allocators reuse a pointer
+        differently would otherwise run different kernels in one call.)"""
+        self._hot_refresh()
+        if self._dev is not None and self._dev.engine is not None:
+            self._dev.engine._fast.clear()
+        self._replay_algo.clear()
 
     def _hot_refresh(self) -> None:
         """Which collectives the hot path serves: all it can, but not one HPCCL_ALGO (or a benchmark's

@@ -376,9 +376,7 @@ class CudaComm:
         pkey = ("ar", dt, opid, nbytes, algo)
         plan = self._plans.get(pkey)
         if plan is None:
-            # two-shot gave wrong results with 2 ranks sharing one H200 (docs/GPU.md, "Known problems"):
-            # where ranks share a GPU it runs as one-shot, which is correct there
-            if algo == "twoshot" and self.size > 1 and not self.peers.shared_gpu:
+            if algo == "twoshot" and self.size > 1:
                 blocks, chunk = self._geometry(nbytes, self.size)
                 name = f"hp_allreduce_twoshot<{dt}, {opid}>"
             else:

@@ -232,6 +232,26 @@ def test_compiled_launch_replays(world):
     assert eng._seq == seq + 5 and float(x[0]) == comm.size ** 5
 
 
+def test_force_drops_launch_snapshots(world):
+    """A repeated call replays its launch snapshot, keyed by buffers; after Tuner.force picks another
+    algorithm, the next call must run that algorithm, not replay the old one (the replay was the cause of
+    the two-shot failures with ranks sharing a GPU: ranks whose allocators reused a pointer differently ran
+    different kernels in one call)."""
+    import cupy
+    comm, dev = world
+    if comm.num_nodes > 1 or comm.size < 2:
+        pytest.skip("launch snapshots are made by the one-node kernel engine with 2+ ranks")
+    x = cupy.ones(1 << 12, dtype=cupy.float32)
+    with forced(comm, "all_reduce", "oneshot"):
+        for _ in range(3):
+            comm.all_reduce(x)  # the 2nd and 3rd replay the snapshot
+    with forced(comm, "all_reduce", "twoshot"):
+        comm.all_reduce(x)
+        assert comm._rec.calls()[-1]["algorithm"] == "twoshot"
+    comm.synchronize()
+    assert float(x[0]) == comm.size ** 4
+
+
 def test_another_gpu_current(world):
     """A call made while another GPU is current (torch's test suite does this) runs in the communicator's
     GPU context (was CUDA_ERROR_INVALID_HANDLE from cuLaunchKernel) and leaves the caller's GPU current."""
