@@ -4,6 +4,7 @@ examples); then Debian's chromium, headless, loads every page and every internal
 the page it points to (the file exists, and so does the #anchor in the DOM the browser built)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -65,8 +66,10 @@ def _dom(url: str) -> str:
 @pytest.mark.skipif(not CHROMIUM, reason="Debian's chromium is not installed (.ci/run installs it: "
                     "apt-get install chromium)")
 def test_links_resolve_in_a_browser(site, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
     pages = sorted(p for p in site.rglob("*.html") if "_sources" not in p.parts)
-    doms = {p: _dom(p.as_uri()) for p in pages}
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:  # one browser per page, in parallel
+        doms = dict(zip(pages, pool.map(lambda p: _dom(p.as_uri()), pages)))
     ids = {p: set(re.findall(r'\sid="([^"]+)"', d)) for p, d in doms.items()}
     broken, checked, external = [], 0, 0
     for page, dom in doms.items():

@@ -44,10 +44,11 @@ def podman_env(tmp_path_factory):
                lambda: shutil.which("podman") is not None and shutil.which("debootstrap") is not None)
     if os.geteuid() != 0:
         pytest.skip("debootstrap needs root to make the base image (this machine's CI runs as root)")
-    # crun fails here (cgroup hybrid mode) and podman's default ulimits exceed the hard limits
+    # crun fails here (cgroup hybrid mode) and podman's default ulimits exceed the hard limits; file
+    # locks, so podman leaves no libpod_lock in /dev/shm
     conf = tmp_path_factory.mktemp("containers") / "containers.conf"
     conf.write_text('[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\n'
-                    '[engine]\nruntime = "runc"\n')
+                    '[engine]\nruntime = "runc"\nlock_type = "file"\n')
     return dict(os.environ, CONTAINERS_CONF=str(conf))
 
 
@@ -89,6 +90,11 @@ def test_perf_sweep_with_check_in_the_image(image):
     rows = [ln for ln in out.splitlines() if ln.strip() and ln.lstrip()[0].isdigit()]
     assert len(rows) >= 6 * 10, out[-3000:]  # 6 collectives x 8 B .. 4 MiB
     assert all(ln.split()[8] == "0" for ln in rows), [ln for ln in rows if ln.split()[8] != "0"]
+
+
+def test_nothing_left_in_dev_shm(image):
+    _podman(image, "run", "--rm", IMAGE, "true")
+    assert not [p for p in Path("/dev/shm").glob("libpod*")], list(Path("/dev/shm").iterdir())
 
 
 def test_image_is_lean(image):
