@@ -168,6 +168,7 @@ class Driver:
         self.event_query = fn("cuEventQuery", P)
         self.event_synchronize = fn("cuEventSynchronize", P)
         self._event_create = fn("cuEventCreate", ctypes.POINTER(P), u)
+        self._elapsed = fn("cuEventElapsedTime", ctypes.POINTER(ctypes.c_float), P, P)
         self.event_destroy = fn("cuEventDestroy_v2", P)
         self._is_capturing = fn("cuStreamIsCapturing", P, ctypes.POINTER(I))
         self._stream_device = fn("cuStreamGetDevice", P, ctypes.POINTER(I))  # CUDA 12.8+ drivers only
@@ -182,13 +183,19 @@ class Driver:
             cls._inst = Driver()
         return cls._inst
 
-    def event(self) -> int:
-        """A new CUevent without timing (in the current context), as an int handle."""
+    def event(self, timing: bool = False) -> int:
+        """A new CUevent (in the current context), as an int handle; without timing unless asked."""
         h = ctypes.c_void_p()
-        rc = self._event_create(ctypes.byref(h), 2)  # CU_EVENT_DISABLE_TIMING
+        rc = self._event_create(ctypes.byref(h), 0 if timing else 2)  # 2: CU_EVENT_DISABLE_TIMING
         if rc:
             raise HpcclUnsupported(f"cuEventCreate failed: {self.error_name(rc)}")
         return int(h.value)
+
+    def elapsed_ms(self, start: int, end: int) -> float:
+        """Milliseconds between two completed timing events (NaN when the driver refuses)."""
+        ms = ctypes.c_float()
+        rc = self._elapsed(ctypes.byref(ms), ctypes.c_void_p(start), ctypes.c_void_p(end))
+        return ms.value if rc == 0 else float("nan")
 
     def error_name(self, code: int) -> str:
         s = ctypes.c_char_p()

@@ -17,15 +17,10 @@ class Stats:
         self.table: Dict[tuple, List[float]] = {}
         self.external: List[Callable[[], Iterable[tuple]]] = []
 
-    def row(self, coll: str, kind: str, algo: str) -> List[float]:
-        """The counters of one (collective, memory kind, algorithm), for callers that update them inline."""
+    def add(self, coll: str, kind: str, algo: str, nbytes: int, seconds: float) -> None:
         row = self.table.get((coll, kind, algo))
         if row is None:
             row = self.table[(coll, kind, algo)] = [0, 0, 0.0]
-        return row
-
-    def add(self, coll: str, kind: str, algo: str, nbytes: int, seconds: float) -> None:
-        row = self.table.get((coll, kind, algo)) or self.row(coll, kind, algo)
         row[0] += 1
         row[1] += nbytes
         row[2] += seconds

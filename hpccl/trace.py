@@ -92,11 +92,6 @@ class GpuTimer:
     def __init__(self, device: int) -> None:
         from .kernels import Driver
         self.d = Driver.get()
-        lib = self.d.lib
-        self._create = lib.cuEventCreate
-        self._create.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
-        self._elapsed = lib.cuEventElapsedTime
-        self._elapsed.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_void_p, ctypes.c_void_p]
         self._free: List[int] = []
         self.pending: List[Tuple[int, int, tuple]] = []
         import cupy
@@ -107,13 +102,7 @@ class GpuTimer:
             self.ref_us = _now_us()
 
     def _event(self) -> int:
-        if self._free:
-            return self._free.pop()
-        h = ctypes.c_void_p()
-        rc = self._create(ctypes.byref(h), 0)  # timing enabled
-        if rc:
-            raise RuntimeError(f"cuEventCreate failed: {self.d.error_name(rc)}")
-        return int(h.value)
+        return self._free.pop() if self._free else self.d.event(timing=True)
 
     def begin(self, stream: int) -> Optional[int]:
         if self.d.capturing(stream):
@@ -129,11 +118,6 @@ class GpuTimer:
         self.d.event_record(ctypes.c_void_p(ev), ctypes.c_void_p(stream))
         self.pending.append((start, ev, what))
 
-    def _ms(self, a: int, b: int) -> float:
-        ms = ctypes.c_float()
-        rc = self._elapsed(ctypes.byref(ms), ctypes.c_void_p(a), ctypes.c_void_p(b))
-        return ms.value if rc == 0 else float("nan")
-
     def harvest(self, out: TraceFile, wait: bool = False) -> None:
         """Write the GPU events of calls whose end event completed (all of them when wait)."""
         keep = []
@@ -143,8 +127,8 @@ class GpuTimer:
             elif self.d.event_query(ctypes.c_void_p(ev)) != 0:
                 keep.append((start, ev, what))
                 continue
-            t0 = self.ref_us + self._ms(self.ref, start) * 1e3
-            out.gpu(*what, t0, self._ms(start, ev) * 1e3)
+            t0 = self.ref_us + self.d.elapsed_ms(self.ref, start) * 1e3
+            out.gpu(*what, t0, self.d.elapsed_ms(start, ev) * 1e3)
             self._free += [start, ev]
         self.pending = keep
 

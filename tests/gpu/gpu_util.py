@@ -94,3 +94,12 @@ def poison(x):
         x.view(-1).view(__import__("torch").uint8).fill_(0xA5)
     else:
         x.view(np.uint8).fill(0xA5)
+
+
+def end_together(comm):
+    """After a test that made a communicator fail on purpose: every rank gets here, then frees it."""
+    comm.mpi_comm.Barrier()
+    try:
+        comm.destroy()
+    except Exception:  # noqa: BLE001 - the communicator may be aborted
+        pass

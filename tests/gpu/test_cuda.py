@@ -17,7 +17,7 @@ from hpccl import config
 from hpccl.errors import HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
-from gpu_util import (FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev,
+from gpu_util import (end_together, FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev,
                       to_host)
 
 QUICK = os.environ.get("HPCCL_TEST_QUICK") == "1"
@@ -498,13 +498,6 @@ def test_host_memory_fallback(world, monkeypatch):
         comm.destroy()
 
 
-def _end_together(comm):
-    """After a test that made a communicator fail on purpose: every rank gets here, then frees it."""
-    comm.mpi_comm.Barrier()
-    try:
-        comm.destroy()
-    except Exception:  # noqa: BLE001 - the communicator may be aborted
-        pass
 
 
 def test_timeout_is_reported(monkeypatch):
@@ -541,7 +534,7 @@ def test_timeout_is_reported(monkeypatch):
                 # one node: the peers' published launch counts name every rank that never launched it
                 assert info.value.missing == list(range(1, comm.size)), str(info.value)
     finally:
-        _end_together(comm)
+        end_together(comm)
 
 
 def test_rank_that_stops_launching_is_named(monkeypatch):
@@ -577,7 +570,7 @@ def test_rank_that_stops_launching_is_named(monkeypatch):
             assert time.monotonic() - t0 < 15
             cupy.cuda.get_current_stream().synchronize()  # released
     finally:
-        _end_together(comm)
+        end_together(comm)
 
 
 def test_abort_stops_peer_kernels_at_once(monkeypatch):
@@ -619,5 +612,5 @@ def test_abort_stops_peer_kernels_at_once(monkeypatch):
             assert t_exit - t_abort < 0.1, f"kernel exited {t_exit - t_abort:.3f} s after the abort"
             print(f"rank {r}: kernel exited {1e3 * (t_exit - t_abort):.2f} ms after rank {n - 1}'s abort")
     finally:
-        _end_together(comm)
+        end_together(comm)
 

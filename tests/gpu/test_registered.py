@@ -11,7 +11,7 @@ import pytest
 from hpccl.errors import HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError, HpcclUnsupported
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
-from gpu_util import FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev, to_host
+from gpu_util import end_together, FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev, to_host
 
 
 @pytest.fixture(scope="module")
@@ -247,12 +247,6 @@ def _fresh(monkeypatch):
     return hpccl.Communicator()
 
 
-def _end_together(comm):
-    comm.mpi_comm.Barrier()
-    try:
-        comm.destroy()
-    except Exception:  # noqa: BLE001 - the communicator may be aborted
-        pass
 
 
 def test_register_after_destroy(monkeypatch):
@@ -272,7 +266,7 @@ def test_asymmetric_use_is_named(monkeypatch):
     import cupy
     comm = _fresh(monkeypatch)
     if comm.size < 2 or comm.num_nodes > 1:
-        _end_together(comm)
+        end_together(comm)
         pytest.skip("needs 2 ranks on one node")
     try:
         big = cupy.zeros(2 << 16, dtype=cupy.float32)
@@ -283,7 +277,7 @@ def test_asymmetric_use_is_named(monkeypatch):
             comm.synchronize()
         assert "registered buffers that differ" in str(info.value) or "rank" in str(info.value), str(info.value)
     finally:
-        _end_together(comm)
+        end_together(comm)
 
 
 def test_freed_after_registration_is_named(monkeypatch):
@@ -292,7 +286,7 @@ def test_freed_after_registration_is_named(monkeypatch):
     import cupy
     comm = _fresh(monkeypatch)
     if comm.size < 2 or comm.num_nodes > 1:
-        _end_together(comm)
+        end_together(comm)
         pytest.skip("needs 2 ranks on one node")
     rt = cupy.cuda.runtime
     nbytes = 1 << 20
@@ -314,6 +308,6 @@ def test_freed_after_registration_is_named(monkeypatch):
                 comm.synchronize()
             assert "0" in str(info.value), str(info.value)
     finally:
-        _end_together(comm)
+        end_together(comm)
         if comm.rank != 0:
             rt.free(p)
