@@ -5,6 +5,14 @@
 # network transport for the 2-node runs), overlap example. Logs and JSON go to $OUT (docs/perf/).
 #   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap launch registered"  pick stages;
 #   BENCH_ARGS="--sweep"  extra bench flags. Carry ucxx wheels in .whl/ for the multi-node stages.
+# Ranks sharing ONE GPU under CUDA MPS (the one-GPU machine; issue 20), on by default:
+#   mps        start the MPS control daemon for the stages after it (stopped at the end)
+#   probe      bench/residency_probe.py at 4 and 8 ranks: kernel occupancy, the failing patterns sized by
+#              hpccl, then with the old 64-block sizing (the deadlock, HPCCL_TIMEOUT=10)
+#   quick1gpu  the quick GPU matrix at SHARED_RANKS (2 4 8) ranks on one GPU, REPEAT (3) times each
+#   full1gpu   the full GPU matrix at SHARED_RANKS, FULL_REPEAT (1) times each
+#   split4     the quick matrix as 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2, UCX), REPEAT times
+#   campaign   bench/gpu_campaign.py at SHARED_RANKS: CAMPAIGN_CASES (1000) random cases each
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
 # stage time limits (T_*) add up to under the device tool's 10-minute call.
 set -o pipefail
@@ -23,7 +31,7 @@ python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 && echo "hot pa
 export OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct UCX_WARN_UNUSED_ENV_VARS=n
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
-SUITE=${SUITE:-topo tests2 tests4 bench perf overlap}
+SUITE=${SUITE:-topo mps probe quick1gpu split4 campaign tests2 tests4 bench perf overlap}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONUNBUFFERED \
          PYTHONDONTWRITEBYTECODE HPCCL_TIMEOUT PYTHONPATH HPCCL_ALGO HPCCL_CUDA_BLOCKS HPCCL_DEBUG \
@@ -33,6 +41,71 @@ done
 rc=0
 stage() { echo; echo "=== $1 ($(date -u +%T))"; }
 has() { [[ " $SUITE " == *" $1 "* ]]; }
+SUMMARY=""
+# one pytest run of the GPU matrix: label, time limit, -k expression, mpirun arguments...; its result line
+# goes to SUMMARY
+matrix() {
+  local label=$1 limit=$2 kexpr=$3; shift 3
+  local t0=$SECONDS log=/tmp/matrix.log
+  timeout "$limit" $MPIRUN "$@" python3 -m pytest tests/gpu -q -x -p no:cacheprovider --color=no -rs \
+    -k "$kexpr" ${PYTEST_ARGS:-} 2>&1 | tee $log
+  local r=${PIPESTATUS[0]}
+  local last; last=$(grep -a -E "^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)" $log | tail -1)
+  [ "$r" = 0 ] || rc=1
+  SUMMARY="$SUMMARY
+$label: rc=$r, $((SECONDS - t0)) s: ${last:-no pytest summary}"
+}
+if has mps; then
+  stage "CUDA MPS control daemon (ranks sharing a GPU run at once)"
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && echo "MPS: started" || { echo "MPS: could not start"; rc=1; }
+  trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  MPIRUN="$MPIRUN -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
+fi
+SHARED_RANKS=${SHARED_RANKS:-2 4 8}
+if has probe; then
+  for n in 4 8; do
+    stage "residency probe: $n ranks on one GPU"
+    timeout ${T_PROBE:-120} $MPIRUN -x HPCCL_TIMEOUT=10 -x CUDA_VISIBLE_DEVICES=0 -n $n python3 bench/residency_probe.py || rc=1
+  done
+fi
+if has quick1gpu; then
+  for n in $SHARED_RANKS; do
+    for k in $(seq ${REPEAT:-3}); do
+      stage "quick GPU matrix: $n ranks on one GPU, run $k"
+      matrix "quick, $n ranks on one GPU, run $k" ${T_QUICK:-300} "not timeout and not host_memory" \
+        -x HPCCL_TEST_QUICK=1 -x CUDA_VISIBLE_DEVICES=0 -n $n
+    done
+  done
+fi
+if has full1gpu; then
+  for n in $SHARED_RANKS; do
+    for k in $(seq ${FULL_REPEAT:-1}); do
+      stage "full GPU matrix: $n ranks on one GPU, run $k"
+      matrix "full, $n ranks on one GPU, run $k" ${T_FULL:-500} "not timeout and not host_memory" \
+        -x CUDA_VISIBLE_DEVICES=0 -n $n
+    done
+  done
+fi
+if has split4; then
+  for k in $(seq ${REPEAT:-3}); do
+    stage "quick GPU matrix: 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2, UCX), run $k"
+    matrix "quick, split:2 x 4 ranks, run $k" ${T_SPLIT:-300} "not timeout" -x HPCCL_NODE_ID=split:2 \
+      -x HPCCL_TEST_QUICK=1 -x CUDA_VISIBLE_DEVICES=0 -n 4
+  done
+fi
+if has campaign; then
+  for n in $SHARED_RANKS; do
+    stage "correctness campaign: $n ranks on one GPU, ${CAMPAIGN_CASES:-1000} cases"
+    t0=$SECONDS
+    timeout ${T_CAMPAIGN:-400} $MPIRUN -x CUDA_VISIBLE_DEVICES=0 -n $n python3 bench/gpu_campaign.py \
+      --cases ${CAMPAIGN_CASES:-1000} --json "$OUT/campaign_${n}ranks.json" 2>&1 | tee /tmp/campaign.log
+    r=${PIPESTATUS[0]}; [ "$r" = 0 ] || rc=1
+    SUMMARY="$SUMMARY
+campaign, $n ranks on one GPU: rc=$r, $((SECONDS - t0)) s: $(grep -a "cases per rank run" /tmp/campaign.log | tail -1)"
+  done
+fi
 
 if has topo; then
   stage topo
@@ -103,5 +176,6 @@ if has overlap; then
   stage "overlap example"
   timeout ${T_OVERLAP:-45} $MPIRUN -n 2 python3 examples/overlap.py --json "$OUT/overlap.json" || rc=1
 fi
+[ -n "$SUMMARY" ] && { stage "summary"; echo "$SUMMARY"; }
 stage "done rc=$rc"
 exit $rc

@@ -28,7 +28,7 @@ from .transport.cuda_ipc import PeerMemory
 from .transport.cuda_register import Registry
 
 
-P2P_BLOCKS = 8  # channels (thread blocks) per send or receive
+P2P_BLOCKS = 8  # most channels (thread blocks) per send or receive
 FAST_ENTRIES = 512  # cached launches (per communicator) for repeated calls on the same buffers
 #: collectives with zero-copy kernels for registered buffers
 REG_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
@@ -49,6 +49,19 @@ def _dtid(dtype: Any) -> int:
 
 _DTID: Dict[Any, int] = {}
 
+
+def block_cap(sms: int, share: int) -> int:
+    """Most thread blocks one rank's kernel may launch so that no layout can deadlock. Block b of a rank
+    waits for block b of every peer, so every rank's blocks must be able to be resident at once; blocks of
+    different hpccl kernels (ranks can be one call apart) may not pack onto one multiprocessor, but any one
+    of them fits on an idle one. So the ranks sharing a GPU split its multiprocessors: one block each."""
+    return max(1, sms // max(1, share))
+
+
+def p2p_blocks(cap: int, nranks: int) -> int:
+    """Channels per send or receive: a p2p kernel holds at most one send and one receive per peer, and
+    both ends of a pair compute the same number (it depends only on values every rank shares)."""
+    return max(1, min(P2P_BLOCKS, cap // max(1, 2 * (nranks - 1))))
 
 
 
@@ -107,7 +120,11 @@ class CudaComm:
         ctypes.memmove(ctypes.addressof(self.p2p_args.c), ctypes.addressof(a), ctypes.sizeof(CommArgs))
         self.kernels = Kernels.for_device(device)
         self.threads = max(64, min(512, config.get("HPCCL_CUDA_THREADS")))
-        self.maxb = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS")))
+        # ranks of a parent communicator on the same GPU (hier's other emulated or real node steps) count too
+        self.share = max(self.peers.share, getattr(comm, "gpu_share", 1))
+        self.block_cap = block_cap(self.peers.sms, self.share)
+        self.maxb = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS"), self.block_cap))
+        self.p2p_blocks = p2p_blocks(self.block_cap, n)
         self.block_bytes = max(256, config.get("HPCCL_CUDA_BLOCK_BYTES"))
         self._launch_cache: Dict[tuple, Launch] = {}
         self._plans: Dict[tuple, tuple] = {}
@@ -135,7 +152,9 @@ class CudaComm:
         self.transport = self.peers.mode
         # compile the dtype-free kernels now, while every rank is here anyway
         self.kernels.func("hp_copy_push")
-        log.info("INIT", "CUDA path rank %d/%d on GPU %d over %s", self.rank, n, device, self.transport)
+        log.info("INIT", "CUDA path rank %d/%d on GPU %d over %s; %d rank(s) per GPU, %d SMs: at most %d blocks "
+                 "per kernel, %d per send/recv", self.rank, n, device, self.transport, self.share,
+                 self.peers.sms, self.maxb, self.p2p_blocks)
 
     def _error_word(self, shm: Any) -> Tuple[int, int, int, str]:
         """(host address, device address, registered page or 0, "shared"/"private") of the word this
@@ -173,7 +192,11 @@ class CudaComm:
                 args = [self.p2p_args]
             else:
                 args = [self.args]
-            ln = Launch(self.driver, self.kernels.func(name, dt), grid, self.threads, args)
+            func = self.kernels.func(name, dt)
+            if self.driver.occupancy(func, self.threads) < 1:
+                raise HpcclUnsupported(f"kernel {name} cannot run with HPCCL_CUDA_THREADS={self.threads} threads "
+                                       "per block on this GPU; lower HPCCL_CUDA_THREADS")
+            ln = Launch(self.driver, func, grid, self.threads, args)
             self._launch_cache[key] = ln
         return ln
 
@@ -289,8 +312,9 @@ class CudaComm:
         a.aligned = 1 if ((send | recv | stride | extra_align) & 15) == 0 else 0
 
     def set_blocks(self, blocks: int) -> None:
-        """The most blocks per kernel (benchmark sweeps), dropping cached plans and launches."""
-        self.maxb = max(1, min(MAX_BLOCKS, blocks))
+        """The most blocks per kernel (benchmark sweeps; never above block_cap), dropping cached plans and
+        launches."""
+        self.maxb = max(1, min(MAX_BLOCKS, blocks, self.block_cap))
         self._plans.clear()
         self._fast.clear()
 
@@ -530,7 +554,7 @@ class CudaComm:
 
     def _p2p_kernel(self, ops: Sequence[Tuple[int, Any, int]], stream: int) -> None:
         pa = self.p2p_args
-        per_op = P2P_BLOCKS  # fixed, so a sender and its receiver always agree on the channels
+        per_op = self.p2p_blocks  # the same on every rank, so a sender and its receiver agree on the channels
         nb_total = 0
         n = 0
         for peer, b, is_send in ops:

@@ -9,6 +9,7 @@ device and memory component, and what runs device algorithms on this layout:
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Optional
 
 import numpy as np
@@ -54,6 +55,14 @@ class DeviceSide:
         log.info("INIT", "GPU %d for rank %d: %s", device, comm.rank,
                  "kernels over peer memory" if self.engine is not None else
                  f"network proxy over {self._transport.name}")
+
+    def gpu_share(self, boot: Any) -> int:
+        """Most ranks of ``boot``'s communicator on one physical GPU (host name and PCI bus id);
+        collective over it."""
+        import socket
+        import cupy
+        mine = (socket.gethostname(), cupy.cuda.Device(self.device).pci_bus_id)
+        return max(Counter(boot.allgather(mine)).values())
 
     def _setup_network(self, comm: Any, cupy: Any) -> None:
         from .proxy import Proxy, StreamOps

@@ -176,6 +176,7 @@ class Driver:
         self._addr_range = fn("cuMemGetAddressRange_v2", ctypes.POINTER(U64), ctypes.POINTER(ctypes.c_size_t), U64)
         self._ptr_attr = fn("cuPointerGetAttribute", P, I, U64)
         self.memcpy_async = fn("cuMemcpyDtoDAsync_v2", U64, U64, ctypes.c_size_t, P)
+        self._occupancy = fn("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.POINTER(I), P, I, ctypes.c_size_t)
 
     @classmethod
     def get(cls) -> "Driver":
@@ -196,6 +197,14 @@ class Driver:
         ms = ctypes.c_float()
         rc = self._elapsed(ctypes.byref(ms), ctypes.c_void_p(start), ctypes.c_void_p(end))
         return ms.value if rc == 0 else float("nan")
+
+    def occupancy(self, func: int, threads: int) -> int:
+        """Blocks of ``threads`` threads of a kernel that one multiprocessor can hold at once."""
+        n = ctypes.c_int(0)
+        rc = self._occupancy(ctypes.byref(n), ctypes.c_void_p(func), threads, 0)
+        if rc:
+            raise HpcclSystemError(f"cuOccupancyMaxActiveBlocksPerMultiprocessor failed: {self.error_name(rc)}")
+        return n.value
 
     def error_name(self, code: int) -> str:
         s = ctypes.c_char_p()

@@ -115,3 +115,20 @@ def test_hier_is_modelled_on_multi_node_communicators():
     from hpccl.tuning import best_flat
     assert hier_t < best_flat("all_reduce", slow, 256 << 20, 16, ["ring", "tree", "rd", "dbtree"])[1]
     assert set(subs) == {"intra_reduce_scatter", "inter_all_reduce", "intra_all_gather"}
+
+
+@pytest.mark.parametrize("sms", [8, 24, 108, 132])
+def test_gpu_kernels_sized_to_be_resident_together(sms):
+    """Every rank sharing a GPU can have all its blocks resident at once, for any HPCCL_CUDA_BLOCKS: one
+    block per SM per rank for collectives, and a p2p kernel (one send and one receive per peer) too."""
+    from hpccl.cuda_comm import P2P_BLOCKS, block_cap, p2p_blocks
+    from hpccl.kernels import MAX_BLOCKS
+    for share in range(1, 9):
+        cap = block_cap(sms, share)
+        assert cap >= 1 and min(cap, MAX_BLOCKS) * share <= sms
+        for n in range(share, 9):
+            per = p2p_blocks(cap, n)
+            assert 1 <= per <= P2P_BLOCKS
+            assert 2 * (n - 1) * per * share <= max(sms, 2 * (n - 1) * share)
+    assert block_cap(132, 1) >= MAX_BLOCKS and block_cap(132, 2) >= MAX_BLOCKS  # one or two ranks: as before
+    assert block_cap(132, 4) == 33 and block_cap(132, 8) == 16

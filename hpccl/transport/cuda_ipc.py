@@ -15,6 +15,7 @@ import ctypes
 import mmap
 import os
 import secrets
+from collections import Counter
 from typing import Any, List, Optional
 
 from .. import log
@@ -57,10 +58,16 @@ class PeerMemory:
         self._own: Optional[DeviceAlloc] = None
         self._opened: List[int] = []
         self._host: Optional[dict] = None
-        info = {"dev": device, "pci": cupy.cuda.Device(device).pci_bus_id, "pid": os.getpid()}
+        dev = cupy.cuda.Device(device)
+        info = {"dev": device, "pci": dev.pci_bus_id, "pid": os.getpid(),
+                "sms": int(dev.attributes["MultiProcessorCount"])}
         peers = boot.allgather(info)
-        # two or more ranks on one GPU (time-sliced): the engine avoids kernels known to fail there
-        self.shared_gpu = len({p["pci"] for p in peers}) < len(peers)
+        per_gpu = Counter(p["pci"] for p in peers)
+        #: most ranks of this communicator on one GPU, and the fewest multiprocessors of their GPUs: every
+        #: rank gets the same numbers, from which each launch is sized (CudaComm.block_cap)
+        self.share = max(per_gpu.values())
+        self.sms = min(p["sms"] for p in peers)
+        self.shared_gpu = self.share > 1
         p2p_ok = self._p2p_possible(peers, rt)
         all_ok = all(boot.allgather(p2p_ok))
         if force == "ipc" and not all_ok:

@@ -1,0 +1,173 @@
+"""GPU collectives beside other GPU work: they stay correct and finish (slower is fine, stuck is not) while
+another process's kernels hold most of the GPU (tests/scripts/gpu_hog.py; under MPS they really run at
+once), and while the job's own compute kernels run on other streams (DDP's overlap pattern). Also the
+launch bound that makes that possible: no rank's kernel needs more blocks than its share of the GPU."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hpccl.cuda_comm import block_cap
+from hpccl.ops import MAX, SUM
+
+from gpu_util import assert_close, rank_data, reference, to_dev, to_host
+
+HOG = os.path.join(os.path.dirname(__file__), "..", "scripts", "gpu_hog.py")
+SIZES = (1, 4099, 65536 + 3, (1 << 20) + 5)
+
+
+@pytest.fixture(scope="module")
+def world():
+    import cupy
+    import hpccl
+    from hpccl.device import rank_device
+    comm = hpccl.Communicator()
+    dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
+    cupy.cuda.Device(dev).use()
+    yield comm, dev
+    comm.synchronize()
+    comm.destroy()
+
+
+def _engine(comm):
+    return comm._dev.engine if comm._dev is not None else None
+
+
+def test_kernels_fit_their_share_of_the_gpu(world):
+    """Every rank's blocks can be resident at once: blocks x ranks per GPU <= SMs, for collectives and
+    for a p2p kernel with one send and one receive per peer, whatever HPCCL_CUDA_BLOCKS asks."""
+    comm, dev = world
+    eng = _engine(comm)
+    if eng is None:
+        pytest.skip("no node kernels on this layout (one rank per node: network steps only)")
+    share, sms = eng.share, eng.peers.sms
+    assert eng.block_cap == block_cap(sms, share)
+    assert eng.maxb * share <= max(sms, share)
+    assert 2 * (comm.size - 1) * eng.p2p_blocks * share <= max(sms, 2 * (comm.size - 1) * share)
+    before = eng.maxb
+    eng.set_blocks(64)
+    try:
+        assert eng.maxb <= eng.block_cap
+    finally:
+        eng.set_blocks(before)
+    counts = comm.mpi_comm.allgather((eng.maxb, eng.p2p_blocks))
+    assert len(set(counts)) == 1, f"ranks size their kernels differently: {counts}"
+
+
+def _made(dev):
+    """Inputs come from CuPy's current stream; order them before a collective on another stream."""
+    import cupy
+    cupy.cuda.get_current_stream().synchronize()
+
+
+def _round(comm, dev, seed, stream):
+    """One round of the collectives on ``stream``, each checked against numpy."""
+    n, me = comm.size, comm.rank
+    for count in SIZES:
+        for op, name in ((SUM, "float32"), (MAX, "int32")):
+            data = [rank_data(name, count, r, seed, op) for r in range(n)]
+            x = to_dev(data[me], dev)
+            _made(dev)
+            y = comm.all_reduce(x, None, op, stream=stream)
+            stream.synchronize()
+            assert_close(name, to_host(y), reference(name, op, data), f"all_reduce {name} n={count}")
+        data = [rank_data("float32", count, r, seed + 1, SUM) for r in range(n)]
+        x = to_dev(data[me], dev)
+        b = to_dev(data[me], dev)
+        r = to_dev(np.zeros(count, np.float32), dev)
+        _made(dev)
+        out = comm.all_gather(x, stream=stream)
+        stream.synchronize()
+        assert_close("float32", to_host(out).reshape(-1), np.concatenate(data), f"all_gather n={count}")
+        comm.broadcast(b, count % n, stream=stream)
+        stream.synchronize()
+        assert_close("float32", to_host(b), data[count % n], f"broadcast n={count}")
+        with comm.group():
+            comm.send(x, (me + 1) % n, stream=stream)
+            comm.recv(r, (me - 1) % n, stream=stream)
+        stream.synchronize()
+        assert_close("float32", to_host(r), data[(me - 1) % n], f"send/recv n={count}")
+
+
+def _hog_owner(comm, dev):
+    """True on the lowest rank of each (host, GPU): that rank starts the GPU's hog."""
+    import cupy
+    me = (socket.gethostname(), cupy.cuda.Device(dev).pci_bus_id)
+    keys = comm.mpi_comm.allgather(me)
+    return keys.index(me) == comm.rank
+
+
+def test_collectives_beside_another_process(world):
+    """Another process keeps ~90% of the GPU's SMs busy with its own kernels for the whole test."""
+    import cupy
+    comm, dev = world
+    proc, started = None, ""
+    if _hog_owner(comm, dev):
+        proc = subprocess.Popen([sys.executable, HOG, str(dev), "--fraction", "0.9", "--ms", "5"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started = proc.stdout.readline()
+        if not started.startswith("ready"):
+            started = f"rank {comm.rank}: the GPU hog did not start: {started}{proc.stdout.read()}"
+    bad = [s for s in comm.mpi_comm.allgather(started) if s and not s.startswith("ready")]
+    if bad:
+        pytest.fail("; ".join(bad))
+    try:
+        t0 = time.time()
+        stream = cupy.cuda.Stream(non_blocking=True)
+        for k in range(3):
+            _round(comm, dev, 100 + k, stream)
+        secs = time.time() - t0
+        comm.synchronize()
+    finally:
+        comm.mpi_comm.Barrier()
+        if proc is not None:
+            proc.terminate()
+            out, _ = proc.communicate(timeout=60)
+    if proc is not None:
+        assert proc.returncode == 0, out
+        done = int(out.split("finished:")[1].split()[0])
+        # the hog really ran beside the collectives: 5 ms kernels back to back for the whole test
+        assert done >= min(10, int(secs * 1000 / 5) // 2), f"hog finished only {done} kernels in {secs:.1f} s: {out}"
+        print(f"[coexist] rank {comm.rank}: collectives took {secs:.2f} s beside the hog; {out.strip()}")
+
+
+def test_collectives_beside_own_compute_streams(world):
+    """The job's own kernels on another stream (compute overlapping communication, as in DDP): a spin
+    kernel holding most SMs and a matrix product, launched before every collective and never waited for."""
+    import cupy
+    comm, dev = world
+    sms = cupy.cuda.Device(dev).attributes["MultiProcessorCount"]
+    spin = cupy.RawKernel(r"""
+    extern "C" __global__ void spin(unsigned long long ns) {
+      unsigned long long t0, t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+      do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+    }""", "spin")
+    compute = cupy.cuda.Stream(non_blocking=True)
+    comm_stream = cupy.cuda.Stream(non_blocking=True)
+    a = cupy.full((512, 512), 1.0 / 512, cupy.float32)
+    acc = cupy.zeros((512, 512), cupy.float32)
+    n, me = comm.size, comm.rank
+    launched = 0
+    for it in range(20):
+        with compute:
+            spin((max(1, int(1.8 * sms)),), (1024,), (cupy.uint64(2_000_000),))
+            acc += a @ a
+            launched += 1
+        count = SIZES[it % len(SIZES)]
+        data = [rank_data("float32", count, r, 300 + it, SUM) for r in range(n)]
+        x = to_dev(data[me], dev)
+        _made(dev)
+        comm.all_reduce(x, None, SUM, stream=comm_stream)
+        comm_stream.synchronize()
+        assert_close("float32", to_host(x), reference("float32", SUM, data), f"all_reduce #{it} n={count}")
+    compute.synchronize()
+    comm.synchronize()
+    # 512x512 of 1/512 squared is 1/512 everywhere; accumulated once per launch
+    assert np.allclose(cupy.asnumpy(acc), launched / 512.0, rtol=1e-4)
