@@ -75,6 +75,9 @@ class Pools:
             if self.gpu:
                 import cupy
                 self.dev[key] = cupy.asarray(h.view(np.uint16) if name == "bfloat16" else h)
+                # made on CuPy's current stream (a pageable copy may still be in flight): the cases copy
+                # from it on another stream
+                cupy.cuda.runtime.deviceSynchronize()
             else:
                 self.dev[key] = h
         return self.host[key], self.dev[key]

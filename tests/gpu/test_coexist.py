@@ -42,7 +42,10 @@ def _engine(comm):
 def test_kernels_fit_their_share_of_the_gpu(world):
     """Every rank's blocks can be resident at once: blocks x ranks per GPU <= SMs, for collectives and
     for a p2p kernel with one send and one receive per peer, whatever HPCCL_CUDA_BLOCKS asks."""
+    import cupy
     comm, dev = world
+    comm.all_reduce(cupy.ones(4, cupy.float32))  # the node engine is built at the first GPU call
+    comm.synchronize()
     eng = _engine(comm)
     if eng is None:
         pytest.skip("no node kernels on this layout (one rank per node: network steps only)")
