@@ -11,7 +11,8 @@
 #              hpccl, then with the old 64-block sizing (the deadlock, HPCCL_TIMEOUT=10)
 #   quick1gpu  the quick GPU matrix at SHARED_RANKS (2 4 8) ranks on one GPU, REPEAT (3) times each
 #   full1gpu   the full GPU matrix at SHARED_RANKS, FULL_REPEAT (1) times each
-#   split4     the quick matrix as 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2, UCX), REPEAT times
+#   split4     the quick matrix (SPLIT_QUICK=0: the full one) as 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2,
+#              UCX), REPEAT times
 #   campaign   bench/gpu_campaign.py at SHARED_RANKS: CAMPAIGN_CASES (1000) random cases each
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
 # stage time limits (T_*) add up to under the device tool's 10-minute call.
@@ -90,9 +91,10 @@ if has full1gpu; then
 fi
 if has split4; then
   for k in $(seq ${REPEAT:-3}); do
-    stage "quick GPU matrix: 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2, UCX), run $k"
-    matrix "quick, split:2 x 4 ranks, run $k" ${T_SPLIT:-300} "not timeout" -x HPCCL_NODE_ID=split:2 \
-      -x HPCCL_TEST_QUICK=1 -x CUDA_VISIBLE_DEVICES=0 -n 4
+    q=${SPLIT_QUICK:-1}; kind=$([ "$q" = 1 ] && echo quick || echo full)
+    stage "$kind GPU matrix: 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2, UCX), run $k"
+    matrix "$kind, split:2 x 4 ranks, run $k" ${T_SPLIT:-300} "not timeout" -x HPCCL_NODE_ID=split:2 \
+      -x HPCCL_TEST_QUICK=$q -x CUDA_VISIBLE_DEVICES=0 -n 4
   done
 fi
 if has campaign; then

@@ -10,6 +10,7 @@ on the network proxy (several nodes); or hier, composed of the sub-communicators
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
@@ -29,7 +30,7 @@ from . import hotpath
 from .hotpath import OPCODE
 from .primitives import Primitives
 from .progress import Waiter
-from .recorder import Recorder
+from .recorder import Recorder, StepRecorder
 from .topology import NodeMap, detect_nodes
 from .topology.nodes import node_name
 from .transport.base import Transport
@@ -43,6 +44,9 @@ _FAST_NAMES = {"ar": "all_reduce", "red": "reduce", "bc": "broadcast", "ag": "al
                "a2a": "all_to_all"}
 _P2P = ("send", "recv", "group(send/recv)")  # ranks legitimately call different ones: not checked
 SURVEY_S = 0.5  # how long a timed-out rank waits for its peers' answers to "which collective are you in?"
+# (parent's recorder, 'intra'/'inter') while _subcomm builds a sub-communicator whose calls are steps of the
+# parent's calls: it records them there (recorder.StepRecorder), never as calls of its own
+_STEPS_OF: contextvars.ContextVar = contextvars.ContextVar("hpccl_steps_of", default=None)
 
 
 class Communicator:
@@ -84,7 +88,9 @@ class Communicator:
             raise HpcclInvalidArgument("HPCCL_TRANSPORT", f"{force!r} is not shm or mpi")
         self._transports: List[Transport] = []
         tag = self._boot.bcast(ShmTransport.new_tag() if self.rank == 0 else None)
-        self._rec = Recorder(tag, self.rank, self.size, self._boot.world_rank)
+        steps_of = _STEPS_OF.get()
+        self._rec = (Recorder(tag, self.rank, self.size, self._boot.world_rank) if steps_of is None else
+                     StepRecorder(steps_of[0], steps_of[1], tag, self.rank, self.size, self._boot.world_rank))
         from . import nvtx
         self._nvtx = nvtx.ranges()
         self._rec.nvtx = self._nvtx
@@ -287,7 +293,10 @@ class Communicator:
                 self._gpu_timer.harvest(self._rec.trace)
         for kind in ("inter", "intra"):  # a network step's failure names who never came: report it first
             if kind in self._sub:
-                self._sub[kind].synchronize()
+                try:
+                    self._sub[kind].synchronize()
+                except HpcclError as exc:
+                    raise _in_call(exc) from None
 
     def abort(self, origin: Optional[int] = None) -> None:
         """Mark this communicator failed and tell every peer (shared memory flag, MPI control message), so
@@ -425,8 +434,8 @@ class Communicator:
         back = None if call.mem is host else _on_device(call.mem.device)
         timed = None
         if self._observed and call.mem is not host:
-            if self._nvtx is not None:
-                self._nvtx.push_range(f"hpccl {call.coll} #{self._seq} {call.nbytes} B", domain="hpccl")
+            if self._nvtx is not None:  # a hier step's range: in its own domain, inside the user's call's
+                self._nvtx.push_range(self._rec.label(rec), domain=self._rec.domain)
             if self._rec.trace is not None and call.stream is not None:
                 timed = self._gpu_begin(call.mem.device, call.stream)
         try:
@@ -443,7 +452,7 @@ class Communicator:
             raise exc from None
         finally:
             if self._nvtx is not None and call.mem is not host:
-                self._nvtx.pop_range(domain="hpccl")
+                self._nvtx.pop_range(domain=self._rec.domain)
             if back is not None:
                 _on_device(back)
         self._rec.end(rec, "done" if call.mem is host else "enqueued")
@@ -491,11 +500,12 @@ class Communicator:
         return self._as_call(exc, coll)
 
     def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
-        """An error met in a step of hier (a sub-communicator's call) names the user's call, and the step."""
+        """An error met in a step of hier (a sub-communicator's call) names the user's call and its sequence
+        number, and the step by its place in the call (the sub-communicators' own counts stay internal)."""
         step = getattr(exc, "collective", "")
         if not step or ((step, exc.seq) == (coll, self._seq) and not getattr(exc, "from_step", False)):
             return exc
-        where = f"in its hierarchical step {step} #{exc.seq}"
+        where = f"in its hierarchical {self._rec.step() or 'step ' + step}"
         if isinstance(exc, HpcclTimeoutError):
             # who never arrived at the user's call, not at the step: ask at this communicator's level
             missing = exc.missing
@@ -507,7 +517,10 @@ class Communicator:
         return exc
 
     def _in_parent(self, exc: HpcclError) -> HpcclError:
-        """A sub-communicator's timeout or remote failure names its parent's ranks, the ones the user knows."""
+        """A sub-communicator's timeout or remote failure names its parent's ranks, the ones the user knows
+        (once: a network step's error, mapped on the proxy thread, passes here again on the caller's)."""
+        if getattr(exc, "from_step", False):
+            return exc
         pr = self.parent_ranks
         if pr is not None and isinstance(exc, HpcclRemoteError) and exc.rank is not None and exc.collective:
             out = HpcclRemoteError.aborted(exc.collective, exc.seq, -exc.rank - 2 if exc.rank < 0 else pr[exc.rank],
@@ -532,7 +545,7 @@ class Communicator:
         algo = self._tuner.choose(coll, nbytes, self._modelled(coll, kind), kind)
         self._rec.algo(algo)
         if self._trace:
-            log.trace("COLL", "%s #%d %d B %s algo %s", coll, self._seq, nbytes, kind, algo)
+            log.trace("COLL", "%s %d B %s algo %s", self._rec.name(coll, self._seq), nbytes, kind, algo)
         return algo
 
     def _on_force(self) -> None:
@@ -659,16 +672,20 @@ class Communicator:
         prim, seq, size, op = dev.prim, self._seq, self.size, call.op
         prim.mem.prepare(prim.mem.dtype(args[0]), op)
         dev.proxy.ops.reserve(4 * call.nbytes + (1 << 20))  # temporaries of any schedule in the table
+        user = self._rec.at()  # a hier step's: the user's call and the step, for an error raised later
 
         def step() -> None:
             dev.waiter.collective, dev.waiter.seq = coll, seq
             try:
                 spec.cuda(prim, *args)
             except HpcclError as exc:
-                raise self._in_parent(exc) from None
+                exc = self._in_parent(exc)
+                if user is not None:
+                    exc.in_call = user
+                raise exc from None
             if finish is not None:
                 prim.mem.finish(finish, op, size)
-        dev.proxy.enqueue(st, step, f"{coll} #{seq}")
+        dev.proxy.enqueue(st, step, self._rec.name(coll, seq))
 
     def _check_capture(self, stream: int, what: str) -> None:
         """Calls whose algorithm has a network step refuse a capturing stream before enqueuing anything."""
@@ -1130,7 +1147,11 @@ class Communicator:
         """'intra': the ranks of this node; 'inter': one rank per node with the same local rank."""
         if kind not in self._sub:
             color = self.node if kind == "intra" else self.local_rank
-            c = self._split(color, self.rank, f"{kind}{self.node}" if kind == "intra" else None)
+            token = _STEPS_OF.set((self._rec, kind))  # its calls are steps of this communicator's calls
+            try:
+                c = self._split(color, self.rank, f"{kind}{self.node}" if kind == "intra" else None)
+            finally:
+                _STEPS_OF.reset(token)
             c.parent_ranks = (self.nodes.ranks_on(self.node) if kind == "intra" else
                               [r for r in range(self.size) if self.nodes.local_rank(r) == self.local_rank])
             c._parent = self
@@ -1138,6 +1159,9 @@ class Communicator:
         sub = self._sub[kind]
         if self._dev is not None and sub.cuda_device is None:
             sub.cuda_device = self._dev.device  # 'inter' has local rank 0 everywhere: never guess from it
+            # every rank of this communicator on one GPU, not just the sub-communicator's, shares it:
+            # the node kernels are sized from that (hpccl/cuda_comm.py, block_cap); collective here
+            sub.gpu_share = self._dev.gpu_share(self._boot)
         return sub
 
 
@@ -1152,6 +1176,22 @@ class Call:
         self.coll, self.mem, self.stream, self.nbytes, self.args = coll, mem, stream, nbytes, args
         self.op, self.finish, self.key = op, finish, key
         self.fn = fn or Communicator._collective
+
+
+def _in_call(exc: HpcclError) -> HpcclError:
+    """A hier network step's error raised after its call returned (by synchronize, from a held stream's
+    step): named after the user's call and the step, as recorded when the step was enqueued, like the
+    error of a step that fails inside its call (Communicator._as_call, which also surveys the peers)."""
+    at = getattr(exc, "in_call", None)
+    if at is None:
+        return exc
+    coll, seq, step = at
+    where = f"in its hierarchical {step}"
+    if isinstance(exc, HpcclTimeoutError):
+        return HpcclTimeoutError(coll, seq, exc.missing, config.get("HPCCL_TIMEOUT"), where)
+    if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
+        return HpcclRemoteError.aborted(coll, seq, exc.rank, exc.awaited, f"; {where}")
+    return exc
 
 
 def _on_device(device: int) -> Optional[int]:

@@ -1,8 +1,11 @@
 """HPCCL_TRACE: a Chrome-trace / Perfetto JSON file per rank and communicator, one complete event per call
 (collective, bytes, algorithm, sequence, host start and duration; for GPU calls also an event on the GPU
-track, timed by CUDA events on the caller's stream). The file is valid JSON after every event (the closing
-brackets are rewritten behind each one), so the trace of a rank that crashed is readable up to its last
-completed call. ``hpccl-trace merge`` puts every rank's file on one timeline (hpccl/cli/trace.py)."""
+track, timed by CUDA events on the caller's stream). The steps of a composite call (hier's calls on its
+sub-communicators) are child events of the call's event: on the same track, inside its interval, category
+"step", with the call's sequence number; the sub-communicators write no file of their own. The file is
+valid JSON after every event (the closing brackets are rewritten behind each one), so the trace of a rank
+that crashed is readable up to its last completed call. ``hpccl-trace merge`` puts every rank's file on
+one timeline (hpccl/cli/trace.py)."""
 from __future__ import annotations
 
 import ctypes
@@ -51,11 +54,26 @@ class TraceFile:
         self._n += 1
 
     def call(self, coll: str, seq: int, nbytes: int, kind: str, algo: str, start: float, end: float,
-             state: str) -> None:
-        """A call as seen by the host: start/end are time.time() seconds."""
-        self._emit(f'{{"name":"{coll}","cat":"{kind}","ph":"X","pid":{self.pid},"tid":0,"ts":{start * 1e6:.3f},'
-                   f'"dur":{max(0.0, end - start) * 1e6:.3f},"args":{{"seq":{seq},"bytes":{nbytes},'
-                   f'"algorithm":"{algo}","state":{json.dumps(state)}}}}}')
+             state: str, steps: Optional[List[list]] = None) -> None:
+        """A call as seen by the host: start/end are time.time() seconds. ``steps`` (recorder.py's step
+        records: number, sub-communicator, collective, bytes, memory, algorithm, start, end, state) follow
+        as child events in the same write, each clamped into the call's interval so viewers nest them."""
+        ts, te = round(start * 1e6, 3), round(end * 1e6, 3)
+        te = max(ts, te)
+        text = (f'{{"name":"{coll}","cat":"{kind}","ph":"X","pid":{self.pid},"tid":0,"ts":{ts:.3f},'
+                f'"dur":{te - ts:.3f},"args":{{"seq":{seq},"bytes":{nbytes},'
+                f'"algorithm":"{algo}","state":{json.dumps(state)}}}}}')
+        if steps:
+            parts = [text]
+            for k, where, scoll, sbytes, skind, salgo, sstart, send, sstate in steps:
+                s0 = min(max(round(sstart * 1e6, 3), ts), te)
+                s1 = min(max(round(send * 1e6, 3), s0), te)
+                parts.append(f'{{"name":"{where} {scoll}","cat":"step","ph":"X","pid":{self.pid},"tid":0,'
+                             f'"ts":{s0:.3f},"dur":{s1 - s0:.3f},"args":{{"seq":{seq},"step":{k},"of":"{coll}",'
+                             f'"communicator":"{where}","bytes":{sbytes},"memory":"{skind}","algorithm":"{salgo}",'
+                             f'"state":{json.dumps(sstate)}}}}}')
+            text = ",\n".join(parts)
+        self._emit(text)
 
     def gpu(self, coll: str, seq: int, nbytes: int, algo: str, start_us: float, dur_us: float) -> None:
         self._emit({"name": coll, "cat": "cuda", "ph": "X", "pid": self.pid, "tid": 1, "ts": round(start_us, 3),

@@ -1,5 +1,6 @@
 """The multi-rank suites, each run under mpiexec at 1, 2, 3 and 4 ranks (odd counts catch ring
-off-by-ones), and on emulated multi-node layouts (shared memory inside a node, MPI between nodes)."""
+off-by-ones), and on emulated multi-node layouts (shared memory inside a node, MPI between nodes). A case
+may name several suite files (space-separated): one mpiexec and pytest run for all of them."""
 from __future__ import annotations
 
 import pytest
@@ -12,7 +13,9 @@ CASES = [
     # (ranks, suite, extra environment, id)
     *[(n, "tests/mpi/mpi_collectives.py", SMALL, f"collectives-small-buffers-{n}") for n in (1, 2, 3, 4)],
     (2, "tests/mpi/mpi_collectives.py", {}, "collectives-default-buffers-2"),
-    (4, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:2"}, "collectives-2nodes-x2"),
+    # hier observed (issue 20) rides along in the one 2-node x 2 run: no mpiexec launch of its own
+    (4, "tests/mpi/mpi_collectives.py tests/mpi/mpi_hier_observe.py", {"HPCCL_NODE_ID": "split:2"},
+     "collectives-2nodes-x2"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:1"}, "collectives-3nodes-x1"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_CHECK": "1"}, "collectives-checked-3"),  # no false alarm
@@ -29,5 +32,5 @@ def test_suite(n, suite, env):
     # exits 0, no rank reports a failure or an error, something passed; the suite's skips (with reasons)
     # are listed in the top-level summary's "sub-suite skips" section (tests/conftest.py)
     label = f"{suite}, {n} rank{'s' if n > 1 else ''}" + "".join(f", {k}={v}" for k, v in env.items())
-    run_pytest_mpi(n, [suite], label, env=env, timeout=900)
+    run_pytest_mpi(n, suite.split(), label, env=env, timeout=900)
     assert shm_leftovers() == []
