@@ -36,7 +36,11 @@ def world():
 
 
 def _engine(comm):
-    return comm._dev.engine if comm._dev is not None else None
+    """The node kernel engine: this communicator's, or (several nodes) its node sub-communicator's."""
+    if comm._dev is not None and comm._dev.engine is not None:
+        return comm._dev.engine
+    intra = comm._sub.get("intra")
+    return _engine(intra) if intra is not None else None
 
 
 def test_kernels_fit_their_share_of_the_gpu(world):
@@ -44,15 +48,23 @@ def test_kernels_fit_their_share_of_the_gpu(world):
     for a p2p kernel with one send and one receive per peer, whatever HPCCL_CUDA_BLOCKS asks."""
     import cupy
     comm, dev = world
-    comm.all_reduce(cupy.ones(4, cupy.float32))  # the node engine is built at the first GPU call
+    with forced_hier(comm):  # the node engine is built at the first GPU call (on several nodes: hier's)
+        comm.all_reduce(cupy.ones(comm.size * 4, cupy.float32))
     comm.synchronize()
     eng = _engine(comm)
     if eng is None:
         pytest.skip("no node kernels on this layout (one rank per node: network steps only)")
+    # on several nodes, every rank of the parent on this GPU counts (hier's node steps of all "nodes"
+    # sharing one GPU run at once)
+    import collections
+    import socket
+    gpus = comm.mpi_comm.allgather((socket.gethostname(), cupy.cuda.Device(dev).pci_bus_id))
+    assert eng.share == max(collections.Counter(gpus).values()), (eng.share, gpus)
     share, sms = eng.share, eng.peers.sms
     assert eng.block_cap == block_cap(sms, share)
     assert eng.maxb * share <= max(sms, share)
-    assert 2 * (comm.size - 1) * eng.p2p_blocks * share <= max(sms, 2 * (comm.size - 1) * share)
+    m = eng.size  # the engine's own communicator (on several nodes: the node's)
+    assert 2 * (m - 1) * eng.p2p_blocks * share <= max(sms, 2 * (m - 1) * share)
     before = eng.maxb
     eng.set_blocks(64)
     try:
@@ -67,6 +79,22 @@ def _made(dev):
     """Inputs come from CuPy's current stream; order them before a collective on another stream."""
     import cupy
     cupy.cuda.get_current_stream().synchronize()
+
+
+class forced_hier:
+    """On several nodes of several ranks, hier for all_reduce (its node steps run the kernels)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.on = "hier" in comm.algorithms("all_reduce", "cuda")
+
+    def __enter__(self):
+        if self.on:
+            self.comm._tuner.force("all_reduce", "hier")
+
+    def __exit__(self, *exc):
+        if self.on:
+            self.comm._tuner.force("all_reduce", None)
 
 
 def _round(comm, dev, seed, stream):
