@@ -26,6 +26,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "gpu")
 
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM, bfloat16  # noqa: E402
 
+from gpu_util import reference  # noqa: E402  (the reduction in rank order, as the kernels define it)
+
 DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 COLLS = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "sendrecv")
@@ -81,24 +83,6 @@ class Pools:
             else:
                 self.dev[key] = h
         return self.host[key], self.dev[key]
-
-
-def combine(name: str, op: Any, parts: List[np.ndarray]) -> np.ndarray:
-    """The reduction in rank order, as the kernels define it (integers wrap, floats through float64)."""
-    dt = np_dt(name)
-    if name in FLOATS:
-        acc = parts[0].astype(np.float64)
-        for p in parts[1:]:
-            b = p.astype(np.float64)
-            acc = {SUM: np.add, AVG: np.add, PROD: np.multiply, MIN: np.minimum, MAX: np.maximum}[op](acc, b)
-        if op is AVG:
-            acc = acc / len(parts)
-        return acc.astype(dt)
-    acc = parts[0].copy()
-    uf = {SUM: np.add, PROD: np.multiply, MIN: np.minimum, MAX: np.maximum}[op]
-    for p in parts[1:]:
-        acc = uf(acc, p)
-    return acc
 
 
 def mismatch(name: str, got: np.ndarray, want: np.ndarray) -> Optional[str]:
@@ -252,19 +236,19 @@ def run_case(comm: Any, c: Dict[str, Any], pools: Pools, arenas: Dict[str, Arena
         hi = in_elems if hi is None else hi
         return hpool[offs[r] + lo:offs[r] + hi]
     if coll == "all_reduce":
-        want = combine(name, op, [inp(r) for r in range(n)])
+        want = reference(name, op, [inp(r) for r in range(n)])
     elif coll == "reduce":
         if me != root:
             if c["inplace"]:
                 return mismatch(name, got, inp(me))  # a non-root's buffer is its input, untouched
             return mismatch("uint8", got.view(np.uint8), np.full(got.nbytes, POISON, np.uint8))
-        want = combine(name, op, [inp(r) for r in range(n)])
+        want = reference(name, op, [inp(r) for r in range(n)])
     elif coll == "broadcast":
         want = inp(root)
     elif coll == "all_gather":
         want = np.concatenate([inp(r, 0, count) for r in range(n)])
     elif coll == "reduce_scatter":
-        want = combine(name, op, [inp(r, me * count, (me + 1) * count) for r in range(n)])
+        want = reference(name, op, [inp(r, me * count, (me + 1) * count) for r in range(n)])
     elif coll == "all_to_all":
         want = np.concatenate([inp(r, me * count, (me + 1) * count) for r in range(n)])
     else:
