@@ -132,6 +132,10 @@ _param("HPCCL_GPU_NET_ASYNC", False, _bool,
        "proxy thread has moved the data (needs a non-default stream; the caller's thread must not load "
        "CUDA kernels or allocate device memory while a step is pending, see docs/GPU.md). Off: the call "
        "returns once the step is done.")
+_param("HPCCL_UCX_TCP_TUNE", True, _bool,
+       "Give hpccl's UCX context TCP settings for bulk transfers (512 KiB segments, 8 MiB socket buffers) "
+       "where the user set no UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE / UCX_TCP_SNDBUF / UCX_TCP_RCVBUF; "
+       "0 leaves UCX's defaults. Never touches the environment (MPI's own UCX is unaffected).")
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
 

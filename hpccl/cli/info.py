@@ -51,6 +51,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     say("configuration (HPCCL_*; source env or default):")
     for name, value, source, doc in config.describe():
         say(f"  {name:<24} = {str(value)!r:<14} [{source}]  {doc}")
+    try:
+        from hpccl.transport.ucx import wire_config
+        wire = wire_config()
+        user = {k: os.environ[k] for k in sorted(os.environ) if k.startswith("UCX_TCP_")}
+        say("UCX wire settings hpccl gives its own context: "
+            + (" ".join(f"UCX_{k}={v}" for k, v in wire.items()) or "none")
+            + (f"; the user's: {' '.join(f'{k}={v}' for k, v in user.items())}" if user else ""))
+    except Exception as exc:  # noqa: BLE001 - no ucxx: nothing goes over UCX
+        say(f"UCX: not usable ({type(exc).__name__}: {exc})")
     say("topology:")
     say(f"  ranks {comm.size}, nodes {comm.num_nodes}, host path '{comm._path}'")
     for node in range(comm.num_nodes):

@@ -77,6 +77,19 @@ _RESOURCE = re.compile(r"resource\s+\d+\s*:.*?--\s*(\S+)/(\S+)")
 _NOT_NET = re.compile(r"^(self|posix|sysv|cma|knem|xpmem|cuda_copy|cuda_ipc|gdr_copy|rocm_\w+|ze_\w+)$")
 
 
+#: TCP settings for hpccl's UCX context where the user set none (HPCCL_UCX_TCP_TUNE): UCX's defaults
+#: (8 KiB send segments, the kernel's socket buffers) are sized for latency, not for bulk collective steps
+WIRE_TCP = {"TCP_TX_SEG_SIZE": "512k", "TCP_RX_SEG_SIZE": "512k", "TCP_SNDBUF": "8m", "TCP_RCVBUF": "8m"}
+
+
+def wire_config() -> Dict[str, str]:
+    """The UCX settings (names without the UCX_ prefix) hpccl adds to its own context: WIRE_TCP, less any
+    the user set as UCX_<name> in the environment (the user's always win)."""
+    if not config.get("HPCCL_UCX_TCP_TUNE"):
+        return {}
+    return {k: v for k, v in WIRE_TCP.items() if f"UCX_{k}" not in os.environ}
+
+
 def _tls() -> str:
     """The UCX_TLS hpccl's worker will use ('' = UCX's default, all transports)."""
     env = os.environ.get("UCX_TLS")
@@ -194,6 +207,7 @@ class UcxTransport(ControlChannel, Transport):
         t0 = time.perf_counter()
         tls = _tls()
         self.tls = tls or "all"
+        self.wire: Dict[str, str] = {}
         self.error_handling = _error_handling(tls)
 
         problem: Optional[str] = None
@@ -203,7 +217,14 @@ class UcxTransport(ControlChannel, Transport):
                 cfg = {"TLS": tls} if os.environ.get("UCX_TLS") != tls else {}
             else:  # an empty UCX_TLS in the environment is not "unset" to UCX: it selects nothing
                 cfg = {"TLS": "all"} if "UCX_TLS" in os.environ else {}
-            self._ctx = _api.UCXContext(cfg, feature_flags=(_api.Feature.TAG,))
+            self.wire = wire_config()
+            try:
+                self._ctx = _api.UCXContext({**cfg, **self.wire}, feature_flags=(_api.Feature.TAG,))
+            except Exception as exc:  # noqa: BLE001 - a UCX that rejects the TCP settings: its defaults
+                log.warn("TRANSPORT", "UCX refused hpccl's TCP settings %s (%s); using UCX's defaults "
+                         "(HPCCL_UCX_TCP_TUNE=0 silences this)", self.wire, exc)
+                self.wire = {}
+                self._ctx = _api.UCXContext(cfg, feature_flags=(_api.Feature.TAG,))
             problem = _device_problem(self._ctx.info)
             if problem is None:
                 self._worker = _api.UCXWorker(self._ctx, enable_delayed_submission=False,
@@ -218,8 +239,10 @@ class UcxTransport(ControlChannel, Transport):
         self._wireup()
         self._control_init()
         self._post_ctrl_recv()
-        log.info("TRANSPORT", "ucx: rank %d/%d, UCX_TLS=%s, error handling %s, ready in %.3fs", rank,
-                 self.size, self.tls, "on" if self.error_handling else "off", time.perf_counter() - t0)
+        log.info("TRANSPORT", "ucx: rank %d/%d, UCX_TLS=%s, error handling %s, TCP settings %s, ready in %.3fs",
+                 rank, self.size, self.tls, "on" if self.error_handling else "off",
+                 " ".join(f"{k}={v}" for k, v in self.wire.items()) or "UCX's/the user's",
+                 time.perf_counter() - t0)
 
     # ----- set-up ------------------------------------------------------------------------------------
     def _collective_check(self, problem: Optional[str], kind: type) -> None:

@@ -49,3 +49,24 @@ def test_importing_ucxx_leaves_the_environment_alone():
     """ucxx's __init__ sets these three; hpccl's import takes them back out (the test run sets none)."""
     leaked = [n for n in ("UCX_MEMTYPE_CACHE", "UCX_RNDV_THRESH", "UCX_RNDV_FRAG_MEM_TYPE") if n in os.environ]
     assert not leaked, leaked
+
+
+def test_wire_settings_yield_to_the_user_and_to_the_switch(monkeypatch):
+    for k in ucx.WIRE_TCP:
+        monkeypatch.delenv(f"UCX_{k}", raising=False)
+    monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
+    assert ucx.wire_config() == ucx.WIRE_TCP
+    monkeypatch.setenv("UCX_TCP_SNDBUF", "1m")  # the user's setting wins: hpccl leaves that one to UCX
+    assert "TCP_SNDBUF" not in ucx.wire_config() and "TCP_RCVBUF" in ucx.wire_config()
+    monkeypatch.setenv("HPCCL_UCX_TCP_TUNE", "0")
+    assert ucx.wire_config() == {}
+
+
+def test_ucx_accepts_the_wire_settings(monkeypatch):
+    """The settings are real UCX options of the UCX hpccl loads: a context takes them and reports them."""
+    for k in ucx.WIRE_TCP:
+        monkeypatch.delenv(f"UCX_{k}", raising=False)
+    ctx = ucx._api.UCXContext({"TLS": "tcp,self", **ucx.wire_config()}, feature_flags=(ucx._api.Feature.TAG,))
+    cfg = ctx.config  # UCX reports the transport's options without their TCP_ prefix
+    for k, v in ucx.WIRE_TCP.items():
+        assert cfg[k.removeprefix("TCP_")].lower() == v, (k, cfg.get(k.removeprefix("TCP_")))
