@@ -97,7 +97,7 @@ class _Ranges:
         self.calls.append((message, domain))
 
 
-def test_steps_nest_in_the_users_call(tmp_path, monkeypatch):
+def test_steps_nest_in_the_users_call(tmp_path, monkeypatch, capsys):
     """One process, the recorders alone (what comm.py drives): a StepRecorder (a hier sub-communicator's)
     adds each of its calls to the call its parent is running, and nothing of its own: one flight-recorder
     entry, one top-level trace event with the steps as child events inside it, one stats count with step
@@ -156,3 +156,12 @@ def test_steps_nest_in_the_users_call(tmp_path, monkeypatch):
         assert e["tid"] == p["tid"] and p["ts"] <= e["ts"] and e["ts"] + e["dur"] <= p["ts"] + p["dur"] + 1e-3
         assert e["args"]["of"] == "all_reduce" and e["args"]["memory"] == "cuda"
     assert [e["args"]["step"] for e in evs[1:]] == [1, 2, 3]
+    # hpccl-trace summary counts the call once and lists its steps under it, as steps
+    from hpccl.cli import trace as trace_cli
+    capsys.readouterr()
+    assert trace_cli.main(["summary", top.trace.path]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows[0][:4] == ["all_reduce", "hier", "host", "1"] and rows[0][4] == "calls", rows
+    assert sorted((r[0], r[1], r[-3]) for r in rows[1:]) == [("inter", "all_reduce", "steps"),
+                                                          ("intra", "all_gather", "steps"),
+                                                          ("intra", "reduce_scatter", "steps")], rows

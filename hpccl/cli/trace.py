@@ -47,8 +47,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         out = merge(files, a.align)
         with open(a.output, "w") as f:
             json.dump(out, f)
-        calls = sum(1 for e in out["traceEvents"] if e.get("ph") == "X")
-        print(f"{a.output}: {len(files)} files, {calls} events; open it in https://ui.perfetto.dev")
+        events = [e for e in out["traceEvents"] if e.get("ph") == "X"]
+        steps = sum(1 for e in events if e.get("cat") == "step")
+        print(f"{a.output}: {len(files)} files, {len(events) - steps} call events and {steps} step events; open "
+              "it in https://ui.perfetto.dev")
         return 0
     for path in files:
         with open(path) as f:
@@ -57,12 +59,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = defaultdict(lambda: [0, 0.0])
         for e in d.get("traceEvents", []):
             if e.get("ph") == "X":
-                r = rows[(e["name"], e.get("args", {}).get("algorithm", ""), "gpu" if e.get("tid") == 1 else "host")]
+                args = e.get("args", {})
+                step = e.get("cat") == "step"  # a hier call's step: its time is inside its call's
+                name = f"  {e['name']} (step of {args.get('of', '?')})" if step else e["name"]
+                key = (args.get("of", e["name"]) if step else e["name"], step, name, args.get("algorithm", ""),
+                       "gpu" if e.get("tid") == 1 else "host")
+                r = rows[key]
                 r[0] += 1
                 r[1] += e.get("dur", 0.0)
         print(f"{os.path.basename(path)} (rank {meta.get('rank')} of {meta.get('size')}, {meta.get('host')})")
-        for (name, algo, track), (n, us) in sorted(rows.items()):
-            print(f"  {name:<16} {algo or '-':<10} {track:<5} {n:>8} calls {us / 1e3:>12.3f} ms")
+        for (_, step, name, algo, track), (n, us) in sorted(rows.items()):
+            print(f"  {name:<16} {algo or '-':<10} {track:<5} {n:>8} {'steps' if step else 'calls'} "
+                  f"{us / 1e3:>12.3f} ms")
     return 0
 
 
