@@ -60,6 +60,13 @@ matrix() {
   SUMMARY="$SUMMARY
 $label: rc=$r, $((SECONDS - t0)) s: ${last:-no pytest summary}"
 }
+if has topo; then
+  stage topo
+  nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.sm,clocks.max.sm --format=csv
+  nvidia-smi topo -m
+  python3 -c "import cupy, torch, mpi4py; print('cupy', cupy.__version__, 'torch', torch.__version__, 'mpi4py', mpi4py.__version__); from cupy.cuda import nccl; print('nccl', nccl.get_version())"
+  python3 -m hpccl.topology.nvml
+fi
 if has mps; then
   stage "CUDA MPS control daemon (ranks sharing a GPU run at once)"
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
@@ -113,13 +120,6 @@ campaign, $n ranks on one GPU: rc=$r, $((SECONDS - t0)) s: $(grep -a "cases per 
   done
 fi
 
-if has topo; then
-  stage topo
-  nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,clocks.sm,clocks.max.sm --format=csv
-  nvidia-smi topo -m
-  python3 -c "import cupy, torch, mpi4py; print('cupy', cupy.__version__, 'torch', torch.__version__, 'mpi4py', mpi4py.__version__); from cupy.cuda import nccl; print('nccl', nccl.get_version())"
-  python3 -m hpccl.topology.nvml
-fi
 if has launch; then
   stage "host cost of a repeated GPU all_reduce: compiled launch vs ctypes (2 ranks)"
   timeout ${T_LAUNCH:-120} $MPIRUN -n 2 python3 bench/launch_cost.py || rc=1
