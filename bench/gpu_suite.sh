@@ -82,24 +82,17 @@ if has probe; then
     timeout ${T_PROBE:-120} $MPIRUN -x HPCCL_TIMEOUT=10 -x CUDA_VISIBLE_DEVICES=0 -n $n python3 bench/residency_probe.py || rc=1
   done
 fi
-if has quick1gpu; then
+for kind in quick full; do  # stages quick1gpu and full1gpu: the same matrix, HPCCL_TEST_QUICK=1 or 0
+  has ${kind}1gpu || continue
+  if [ $kind = quick ]; then q=1 reps=${REPEAT:-1} limit=${T_QUICK:-300}; else q=0 reps=${FULL_REPEAT:-1} limit=${T_FULL:-500}; fi
   for n in $SHARED_RANKS; do
-    for k in $(seq ${REPEAT:-1}); do
-      stage "quick GPU matrix: $n ranks on one GPU, run $k"
-      matrix "quick, $n ranks on one GPU, run $k" ${T_QUICK:-300} "not timeout and not host_memory" \
-        -x HPCCL_TEST_QUICK=1 -x CUDA_VISIBLE_DEVICES=0 -n $n
+    for k in $(seq $reps); do
+      stage "$kind GPU matrix: $n ranks on one GPU, run $k"
+      matrix "$kind, $n ranks on one GPU, run $k" $limit "not timeout and not host_memory" \
+        -x HPCCL_TEST_QUICK=$q -x CUDA_VISIBLE_DEVICES=0 -n $n
     done
   done
-fi
-if has full1gpu; then
-  for n in $SHARED_RANKS; do
-    for k in $(seq ${FULL_REPEAT:-1}); do
-      stage "full GPU matrix: $n ranks on one GPU, run $k"
-      matrix "full, $n ranks on one GPU, run $k" ${T_FULL:-500} "not timeout and not host_memory" \
-        -x CUDA_VISIBLE_DEVICES=0 -n $n
-    done
-  done
-fi
+done
 if has split4; then
   for k in $(seq ${REPEAT:-1}); do
     q=${SPLIT_QUICK:-1}; kind=$([ "$q" = 1 ] && echo quick || echo full)

@@ -67,7 +67,6 @@ class PeerMemory:
         #: rank gets the same numbers, from which each launch is sized (CudaComm.block_cap)
         self.share = max(per_gpu.values())
         self.sms = min(p["sms"] for p in peers)
-        self.shared_gpu = self.share > 1
         p2p_ok = self._p2p_possible(peers, rt)
         all_ok = all(boot.allgather(p2p_ok))
         if force == "ipc" and not all_ok:

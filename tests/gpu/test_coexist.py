@@ -75,7 +75,7 @@ def test_kernels_fit_their_share_of_the_gpu(world):
     assert len(set(counts)) == 1, f"ranks size their kernels differently: {counts}"
 
 
-def _made(dev):
+def _made():
     """Inputs come from CuPy's current stream; order them before a collective on another stream."""
     import cupy
     cupy.cuda.get_current_stream().synchronize()
@@ -104,7 +104,7 @@ def _round(comm, dev, seed, stream):
         for op, name in ((SUM, "float32"), (MAX, "int32")):
             data = [rank_data(name, count, r, seed, op) for r in range(n)]
             x = to_dev(data[me], dev)
-            _made(dev)
+            _made()
             y = comm.all_reduce(x, None, op, stream=stream)
             stream.synchronize()
             assert_close(name, to_host(y), reference(name, op, data), f"all_reduce {name} n={count}")
@@ -112,7 +112,7 @@ def _round(comm, dev, seed, stream):
         x = to_dev(data[me], dev)
         b = to_dev(data[me], dev)
         r = to_dev(np.zeros(count, np.float32), dev)
-        _made(dev)
+        _made()
         out = comm.all_gather(x, stream=stream)
         stream.synchronize()
         assert_close("float32", to_host(out).reshape(-1), np.concatenate(data), f"all_gather n={count}")
@@ -194,7 +194,7 @@ def test_collectives_beside_own_compute_streams(world):
         count = SIZES[it % len(SIZES)]
         data = [rank_data("float32", count, r, 300 + it, SUM) for r in range(n)]
         x = to_dev(data[me], dev)
-        _made(dev)
+        _made()
         comm.all_reduce(x, None, SUM, stream=comm_stream)
         comm_stream.synchronize()
         assert_close("float32", to_host(x), reference("float32", SUM, data), f"all_reduce #{it} n={count}")
