@@ -110,7 +110,7 @@ _param("HPCCL_CUDA_TRANSPORT", "", str.lower,
        "or empty: ipc when every GPU pair has P2P, else host.", ("", "ipc", "host"))
 _param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kernel (1..64); 32 overlaps "
        "better with compute. Never more than the GPU's multiprocessors divided by the ranks sharing it, so "
-       "that every rank's blocks can be resident at once (docs/GPU.md, 'Ranks sharing a GPU').")
+       "that every rank's blocks can be resident at once (docs/GPU.md, the fix for 4 and 8 ranks on one GPU).")
 _param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
 _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
        "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")
