@@ -1,6 +1,54 @@
-"""The one thing pyproject.toml cannot say: hpccl's compiled hot path (hpccl/_hotpath.c). It is optional:
-without a C compiler the install still succeeds and the same calls run in Python (hpccl-info says which)."""
+"""What pyproject.toml cannot say: hpccl's compiled parts, both optional (without a C compiler, or without
+UCX headers, the install still succeeds and hpccl-info says which slower path is in use):
+
+* hpccl/_hotpath.c: small host collectives within a node;
+* hpccl/_netengine.c: the network engine (UCX's UCP driven by a thread that never takes the GIL), built
+  against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's ucx, the libucx wheel
+  (a build requirement on Linux, so a plain ``pip install`` has it)."""
+import os
+import shutil
+import subprocess
+
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], extra_compile_args=["-O3", "-std=c11"],
-                             optional=True)])
+
+def _ucx():
+    """(include dir, lib dir, rpath or None) of a UCX with ucp headers, or None."""
+    for var in ("HPCCL_UCX_HOME", "UCX_HOME"):
+        home = os.environ.get(var)
+        if home and os.path.isfile(os.path.join(home, "include", "ucp", "api", "ucp.h")):
+            lib = next((os.path.join(home, d) for d in ("lib", "lib64") if os.path.isdir(os.path.join(home, d))),
+                       os.path.join(home, "lib"))
+            return os.path.join(home, "include"), lib, lib
+    if shutil.which("pkg-config"):
+        try:
+            inc = subprocess.run(["pkg-config", "--variable=includedir", "ucx"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+            lib = subprocess.run(["pkg-config", "--variable=libdir", "ucx"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+            if inc and os.path.isfile(os.path.join(inc, "ucp", "api", "ucp.h")):
+                return inc, lib, lib
+        except (OSError, subprocess.CalledProcessError):
+            pass
+    try:
+        import libucx  # the wheel: its libraries are found at run time next to hpccl, or already loaded
+    except ImportError:
+        return None
+    base = os.path.dirname(libucx.__file__)
+    if os.path.isfile(os.path.join(base, "include", "ucp", "api", "ucp.h")):
+        return os.path.join(base, "include"), os.path.join(base, "lib"), "$ORIGIN/../libucx/lib"
+    return None
+
+
+exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], extra_compile_args=["-O3", "-std=c11"], optional=True)]
+ucx = _ucx()
+if ucx is not None:
+    inc, lib, rpath = ucx
+    exts.append(Extension("hpccl._netengine", ["hpccl/_netengine.c"],
+                          extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
+                          library_dirs=[lib], libraries=["ucp", "ucs"],
+                          extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))
+else:
+    print("hpccl: no UCX headers found (HPCCL_UCX_HOME, UCX_HOME, pkg-config ucx, libucx wheel): the network "
+          "engine is not built; calls across nodes use the slower ucxx/MPI path")
+setup(ext_modules=exts)

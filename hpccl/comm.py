@@ -162,13 +162,31 @@ class Communicator:
         return t
 
     def _new_net_transport(self) -> Transport:
-        """A network transport of its own to every rank (collective): UCX when it loads, else MPI. The
-        device side builds a second one, so its proxy thread never shares one with host calls."""
+        """A network transport of its own to every rank (collective): hpccl's native engine when it loads
+        (HPCCL_NET=engine insists), else ucxx (HPCCL_NET=ucx insists), else MPI. Every rank takes the same
+        path (an agreement over the bootstrap), warning once when the engine is missing."""
         want = config.get("HPCCL_NET")
-        if want not in ("", "ucx", "mpi"):
-            raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not ucx or mpi")
+        if want not in ("", "engine", "ucx", "mpi"):
+            raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not engine, ucx or mpi")
         t: Optional[Transport] = None
-        if self.num_nodes > 1 and want in ("", "ucx"):
+        why = ""
+        if self.num_nodes > 1 and want in ("", "engine"):
+            try:
+                from .transport.engine import EngineTransport
+            except ImportError as exc:
+                why = str(exc)
+            everyone = self._boot.allgather(why)
+            missing = [r for r, w in enumerate(everyone) if w]
+            if missing:
+                if want == "engine":
+                    raise HpcclUnsupported(f"HPCCL_NET=engine but the network engine cannot load on rank(s) "
+                                           f"{missing}: {everyone[missing[0]]}")
+                if self.rank == 0 and self.parent_ranks is None:
+                    log.warn("TRANSPORT", "the native network engine is not in use (rank(s) %s: %s); calls "
+                             "across nodes take the slower ucxx/MPI path", missing, everyone[missing[0]])
+            else:
+                t = EngineTransport(self._boot, self.rank, list(self.nodes.node_of))
+        if t is None and self.num_nodes > 1 and want in ("", "ucx"):
             try:
                 from .transport.ucx import UcxTransport
             except ImportError as exc:

@@ -13,6 +13,7 @@ from .progress import Waiter
 from .transport.base import Request, Transport, Window
 
 Send = Tuple[int, np.ndarray]
+BLOCK_S = 0.004  # longest sleep on a progress-threaded transport before the waiter's checks run again
 Recv = Tuple  # (peer, buf, op) or (peer, buf, op, src): with src, buf = src op incoming
 
 
@@ -54,6 +55,9 @@ class Primitives:
         def ready() -> bool:
             nonlocal pending
             pending = [r for r in pending if not r.test()]  # test every request: they may depend on each other
+            if pending and hasattr(pending[0], "block"):  # a transport with its own progress thread: sleep
+                pending[0].block(BLOCK_S)                 # on it without the GIL, then test again
+                pending = [r for r in pending if not r.test()]
             return not pending
 
         if not ready():

@@ -1,0 +1,83 @@
+"""UCX settings shared by hpccl's two UCX paths (the native engine, hpccl/_netengine.c, and the ucxx
+transport): the transports to use, whether endpoints can detect a dead peer, the TCP settings for bulk
+steps, and what a wrong UCX_NET_DEVICES means on this host."""
+from __future__ import annotations
+
+import os
+import re
+from typing import Dict, List, Optional
+
+from .. import config, log
+
+#: transports whose endpoints support UCX's peer-failure handling; with only these (plus self) in
+#: UCX_TLS, endpoints are created with error handling on, so a dead peer fails a request cleanly.
+#: Shared-memory and CUDA transports (sm, posix, sysv, cma, knem, xpmem, cuda_ipc) lack it: with them
+#: (or UCX_TLS unset) error handling is off, or UCX would silently drop them.
+_EH_SAFE = re.compile(r"^(self|tcp|ib|rc|rc_[a-z0-9]+|dc|dc_[a-z0-9]+|ud|ud_[a-z0-9]+|sockcm|rdmacm)$")
+_RESOURCE = re.compile(r"resource\s+\d+\s*:.*?--\s*(\S+)/(\S+)")
+#: UCX transports that are not networks (UCX_NET_DEVICES does not apply to them)
+_NOT_NET = re.compile(r"^(self|posix|sysv|cma|knem|xpmem|cuda_copy|cuda_ipc|gdr_copy|rocm_\w+|ze_\w+)$")
+
+
+#: TCP settings for hpccl's UCX context where the user set none (HPCCL_UCX_TCP_TUNE): UCX's defaults
+#: (8 KiB send segments, the kernel's socket buffers) are sized for latency, not for bulk collective steps
+WIRE_TCP = {"TCP_TX_SEG_SIZE": "512k", "TCP_RX_SEG_SIZE": "512k", "TCP_SNDBUF": "8m", "TCP_RCVBUF": "8m"}
+
+
+def wire_config() -> Dict[str, str]:
+    """The UCX settings (names without the UCX_ prefix) hpccl adds to its own context: WIRE_TCP, less any
+    the user set as UCX_<name> in the environment (the user's always win)."""
+    if not config.get("HPCCL_UCX_TCP_TUNE"):
+        return {}
+    return {k: v for k, v in WIRE_TCP.items() if f"UCX_{k}" not in os.environ}
+
+
+def _tls() -> str:
+    """The UCX_TLS hpccl's worker will use ('' = UCX's default, all transports)."""
+    env = os.environ.get("UCX_TLS")
+    if env:
+        return env
+    return config.get("HPCCL_UCX_TLS")
+
+
+def _error_handling(tls: str) -> bool:
+    names = [t.strip().lower() for t in tls.split(",") if t.strip()]
+    if not names or names[0].startswith("^") or "all" in names:
+        return False
+    return all(_EH_SAFE.match(n) for n in names)
+
+
+def _os_devices() -> List[str]:
+    """Network interfaces and InfiniBand ports this host has (for error messages)."""
+    out: List[str] = []
+    try:
+        out += sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        pass
+    try:
+        for hca in sorted(os.listdir("/sys/class/infiniband")):
+            for port in sorted(os.listdir(f"/sys/class/infiniband/{hca}/ports")):
+                out.append(f"{hca}:{port}")
+    except OSError:
+        pass
+    return out
+
+
+def _device_problem(info: str) -> Optional[str]:
+    """Why UCX_NET_DEVICES cannot work on this rank (None if it can), from the context's resource list."""
+    want = os.environ.get("UCX_NET_DEVICES", "").strip()
+    if not want or want.lower() == "all":
+        return None
+    resources = _RESOURCE.findall(info)
+    have = {dev for _tl, dev in resources}
+    net = sorted({f"{tl}/{dev}" for tl, dev in resources if not _NOT_NET.match(tl)})
+    missing = [d for d in (x.strip() for x in want.split(",")) if d and d not in have]
+    if not missing:
+        return None
+    present = ", ".join(_os_devices()) or "none found"
+    if not net:
+        return (f"UCX_NET_DEVICES={want}: no usable network device ({', '.join(missing)} not found or not "
+                f"usable with UCX_TLS={_tls() or '<unset>'}); this host has: {present}")
+    log.warn("TRANSPORT", "UCX_NET_DEVICES names %s, which UCX cannot use here (host has: %s); using %s",
+             ", ".join(missing), present, ", ".join(net))
+    return None
