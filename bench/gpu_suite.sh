@@ -14,6 +14,8 @@
 #   split4     the quick matrix (SPLIT_QUICK=0: the full one) as 2 nodes x 2 ranks (HPCCL_NODE_ID=split:2,
 #              UCX), REPEAT times
 #   campaign   bench/gpu_campaign.py at SHARED_RANKS: CAMPAIGN_CASES (1000) random cases each
+#   engine     the network engine's staged GPU steps: quick matrix at split:1 with ENGINE_RANKS (2 4) ranks,
+#              bench/net_step_cost.py, hpccl-perf vs NCCL sockets (NCCL_HOSTID per rank) per collective
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
 # stage time limits (T_*) add up to under the device tool's 10-minute call. On one H200 under MPS
 # (docs/perf/gpu_shared/mps_run*.log): quick matrix 23/26/35 s at 2/4/8 ranks, full 25/35/50 s, split:2
@@ -144,6 +146,28 @@ if has testsTcp; then
   stage "tests: 2 nodes x 1 GPU over UCX_TLS=tcp,cuda_copy,self (network-like, quick matrix)"
   timeout ${T_TESTSTCP:-200} $MPIRUN -x HPCCL_NODE_ID=split:1 -x HPCCL_TEST_QUICK=1 -x UCX_TLS=tcp,cuda_copy,self -n 2 tests/scripts/gpu_per_rank.sh \
     python3 -m pytest tests/gpu -q -x -p no:cacheprovider --color=no -rs -k "not timeout" ${PYTEST_ARGS:-} || rc=1
+fi
+if has engine; then
+  # the native network engine's staged GPU steps (issue 21): correctness at 2 and 4 "nodes" on one GPU, the
+  # host time of a call, and hpccl vs NCCL's socket transport on the same two-node layout in the same run
+  for n in ${ENGINE_RANKS:-2 4}; do
+    stage "network engine: quick GPU matrix, $n nodes x 1 rank on one GPU (HPCCL_NODE_ID=split:1)"
+    matrix "engine quick, split:1 x $n ranks" ${T_ENGINE:-300} "not timeout" -x HPCCL_NODE_ID=split:1 \
+      -x HPCCL_TEST_QUICK=1 -x CUDA_VISIBLE_DEVICES=0 -n $n
+  done
+  stage "network engine: host time of a GPU call with a network step (2 nodes x 1 rank)"
+  timeout 120 $MPIRUN -x HPCCL_NODE_ID=split:1 -x CUDA_VISIBLE_DEVICES=0 -n 2 python3 bench/net_step_cost.py \
+    --json "$OUT/engine_host_cost.json" || rc=1
+  NET="-x HPCCL_NODE_ID=split:1 -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1 -x CUDA_VISIBLE_DEVICES=0"
+  NET="$NET -x NCCL_SOCKET_IFNAME=lo -x NCCL_DEBUG=INFO -x NCCL_DEBUG_SUBSYS=INIT,NET"
+  for c in ${ENGINE_COLLS:-all_reduce all_gather reduce_scatter broadcast}; do
+    stage "network engine: hpccl-perf $c, 2 nodes x 1 rank on one GPU, vs NCCL sockets"
+    timeout ${T_ENGINE_PERF:-150} $MPIRUN $NET -n 2 tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf $c \
+      --mem cuda -b 8 -e ${ENGINE_MAX:-64M} -f 8 --check --compare nccl --json "$OUT/engine_$c.json" \
+      > /tmp/perfeng.log 2>&1 || rc=1
+    grep -a -m2 "Using network\|NET/Socket : Using" /tmp/perfeng.log
+    grep -a -v "NCCL INFO" /tmp/perfeng.log
+  done
 fi
 if has perfnet; then
   # NCCL on its network transport (sockets) for the same 2-node layout, timed in the same run as hpccl;

@@ -7,8 +7,9 @@
      * from CUDA's host-function thread when a captured graph replays a network step ("templates"):
        tags come from the template's id and its replay count, a tag space of its own, so replays and
        eager calls never match each other's messages whatever the interleaving.
-   A batch may wait for a word in host memory to reach a token before its sends go out (the GPU writes it
-   with cuStreamWriteValue32 once the staged data is in place), and writes a word when it completes (the
+   A batch may wait for a word in host memory to reach a token before any of its messages is posted (the
+   GPU writes it with cuStreamWriteValue32 once the staged data is in place and the previous step's
+   received data has been consumed), and writes a word when it completes (the
    GPU waits on it with cuStreamWaitValue32). Eager batches with a done word complete in submission order,
    so that word is a monotonic counter.
 
@@ -273,6 +274,14 @@ static void post_op(Engine *e, op_t *o) {
   }
 }
 
+static void post_all(Engine *e, batch_t *b) {
+  for (int k = 0; k < b->nops; k++)  /* receives first: posted before any data can arrive */
+    if (b->ops[k].kind == K_RECV && !b->ops[k].posted) post_op(e, &b->ops[k]);
+  for (int k = 0; k < b->nops; k++)
+    if (b->ops[k].kind == K_SEND && !b->ops[k].posted) post_op(e, &b->ops[k]);
+  b->unsent = 0;
+}
+
 static int ready_reached(batch_t *b) {
   if (!b->ready) return 1;
   uint32_t v = __atomic_load_n(b->ready, __ATOMIC_ACQUIRE);
@@ -313,13 +322,10 @@ static void activate(Engine *e, batch_t *b) {
     for (int i = 0; i < b->nops; i++) { b->ops[i].posted = 1; op_end(&b->ops[i], UCS_ERR_CANCELED, 0); }
     return;
   }
-  for (int i = 0; i < b->nops; i++)  /* receives first: posted before any data can arrive */
-    if (b->ops[i].kind == K_RECV) post_op(e, &b->ops[i]);
-  int go = ready_reached(b);
-  for (int i = 0; i < b->nops; i++) {
-    if (b->ops[i].kind != K_SEND) continue;
-    if (go) post_op(e, &b->ops[i]); else b->unsent++;
-  }
+  /* a gated batch waits whole: its receive buffers are staging memory the GPU may still be reading
+     for the step before (the GPU writes the token after that) */
+  if (!ready_reached(b)) { b->unsent = b->nops; return; }
+  post_all(e, b);
 }
 
 static void end_batch(Engine *e, batch_t *b) {
@@ -485,9 +491,7 @@ static int gated_sends(Engine *e) {
   for (int i = 0; i < e->nactive; i++) {
     batch_t *b = e->active[i];
     if (!b->unsent || !ready_reached(b)) continue;
-    for (int k = 0; k < b->nops; k++)
-      if (b->ops[k].kind == K_SEND && !b->ops[k].posted) post_op(e, &b->ops[k]);
-    b->unsent = 0;
+    post_all(e, b);
     n++;
   }
   return n;

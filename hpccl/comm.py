@@ -705,9 +705,18 @@ class Communicator:
                 prim.mem.finish(finish, op, size)
         dev.proxy.enqueue(st, step, self._rec.name(coll, seq))
 
+    def _net_capturable(self) -> bool:
+        """True when this communicator's GPU network steps (and those of hier's sub-communicators) are
+        staged on the network engine, which a CUDA graph can hold."""
+        dev = self._dev
+        if dev is None or not getattr(dev.proxy, "capturable", False):
+            return False
+        return all(sub._net_capturable() for sub in self._sub.values() if sub.num_nodes > 1)
+
     def _check_capture(self, stream: int, what: str) -> None:
-        """Calls whose algorithm has a network step refuse a capturing stream before enqueuing anything."""
-        if self.num_nodes > 1:
+        """Calls whose algorithm has a network step refuse a capturing stream before enqueuing anything,
+        unless that step is staged on the network engine (capturable)."""
+        if self.num_nodes > 1 and not self._net_capturable():
             import cupy
             try:
                 capturing = cupy.cuda.runtime.streamIsCapturing(stream)

@@ -43,6 +43,7 @@ class DeviceSide:
         self.proxy: Any = None
         self.prim: Optional[Primitives] = None
         self._transport: Any = None
+        self.path = "kernels over peer memory"
         if comm.num_nodes == 1:
             from .cuda_comm import CudaComm
             if config.get("HPCCL_CHECK_ENV") and comm.local_rank == 0 and comm.parent_ranks is None:
@@ -53,8 +54,7 @@ class DeviceSide:
         else:
             self._setup_network(comm, cupy)
         log.info("INIT", "GPU %d for rank %d: %s", device, comm.rank,
-                 "kernels over peer memory" if self.engine is not None else
-                 f"network proxy over {self._transport.name}")
+                 "kernels over peer memory" if self.engine is not None else self.path)
 
     def gpu_share(self, boot: Any) -> int:
         """Most ranks of ``boot``'s communicator on one physical GPU (host name and PCI bus id);
@@ -65,13 +65,22 @@ class DeviceSide:
         return max(Counter(boot.allgather(mine)).values())
 
     def _setup_network(self, comm: Any, cupy: Any) -> None:
-        from .proxy import Proxy, StreamOps
         with cupy.cuda.Device(self.device):
             cupy.zeros(1)  # a current context before UCX looks at device memory
-        self._transport = comm._new_net_transport()
         timeout = config.get("HPCCL_TIMEOUT")
         self.waiter = Waiter(timeout, 0, [q for q in range(comm.size) if q != comm.rank],
                              lambda p: None, lambda: None, comm.abort)
+        engine = next((t for t in comm._transports if getattr(t, "impl", "") == "engine"), None)
+        if engine is not None:
+            # the communicator's own engine: staged steps on the caller's stream (hpccl/netstep.py)
+            from .netstep import StagedNet, StagedPrimitives, StagedRunner
+            net = StagedNet(engine.eng, self.device)
+            self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
+            self.proxy = StagedRunner(net, self.prim, self.device, comm.abort)
+            self.path = "staged steps on the network engine"
+            return
+        from .proxy import Proxy, StreamOps
+        self._transport = comm._new_net_transport()
         self.prim = Primitives(comm.rank, comm.size, {r: self._transport for r in range(comm.size)}, None,
                                self.waiter, blocking_for_device(self.device))
         if config.get("HPCCL_CHECK_ENV") and comm.local_rank == 0 and comm.parent_ranks is None:
@@ -81,6 +90,7 @@ class DeviceSide:
                 log.warn("ENV", "%s", msg)
         ops = StreamOps(self.device, timeout)
         self.proxy = Proxy(ops, comm.abort, name=f"hpccl-proxy-r{comm.rank}")
+        self.path = f"network proxy over {self._transport.name}"
         self._warm_up(comm, ops, cupy)
 
     def _warm_up(self, comm: Any, ops: Any, cupy: Any) -> None:

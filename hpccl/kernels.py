@@ -177,6 +177,15 @@ class Driver:
         self._ptr_attr = fn("cuPointerGetAttribute", P, I, U64)
         self.memcpy_async = fn("cuMemcpyDtoDAsync_v2", U64, U64, ctypes.c_size_t, P)
         self._occupancy = fn("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.POINTER(I), P, I, ctypes.c_size_t)
+        # staged network steps (hpccl/netstep.py): copies to and from pinned memory, stream memory ops, a
+        # host node per captured step, and allocations made while a stream captures
+        self.memcpy_dtoh = fn("cuMemcpyDtoHAsync_v2", P, U64, ctypes.c_size_t, P)
+        self.memcpy_htod = fn("cuMemcpyHtoDAsync_v2", U64, P, ctypes.c_size_t, P)
+        self.write_value32 = fn("cuStreamWriteValue32_v2", P, U64, ctypes.c_uint32, u)
+        self.launch_host_func = fn("cuLaunchHostFunc", P, P, P)
+        self._mem_host_alloc = fn("cuMemHostAlloc", ctypes.POINTER(P), ctypes.c_size_t, u)
+        self.mem_free_host = fn("cuMemFreeHost", P)
+        self._capture_mode = fn("cuThreadExchangeStreamCaptureMode", ctypes.POINTER(I))
 
     @classmethod
     def get(cls) -> "Driver":
@@ -237,6 +246,20 @@ class Driver:
         if rc:
             raise HpcclSystemError(f"address {ptr:#x} is not in a live CUDA allocation: {self.error_name(rc)}")
         return base.value, size.value, bid.value
+
+    def host_alloc(self, nbytes: int) -> int:
+        """Pinned, device-mapped, portable host memory (freed with mem_free_host). Allowed while this
+        thread's stream is capturing: the capture mode is relaxed around the call, as NCCL does."""
+        mode = ctypes.c_int(2)  # CU_STREAM_CAPTURE_MODE_RELAXED
+        self._capture_mode(ctypes.byref(mode))
+        try:
+            p = ctypes.c_void_p()
+            rc = self._mem_host_alloc(ctypes.byref(p), max(64, nbytes), 1 | 2)  # PORTABLE | DEVICEMAP
+        finally:
+            self._capture_mode(ctypes.byref(mode))
+        if rc:
+            raise HpcclSystemError(f"cuMemHostAlloc of {nbytes} bytes failed: {self.error_name(rc)}")
+        return int(p.value)
 
     def entry_points(self) -> Tuple[int, int, int]:
         """Addresses of cuLaunchKernel, cuStreamIsCapturing and cuEventRecord (for the compiled launch)."""

@@ -328,6 +328,18 @@ class DeviceMemory:
                        ctypes.c_uint64(n)])
         self._done()
 
+    def reduce_ptrs(self, dst: Any, a: int, b: int, op: Any) -> None:
+        """dst = (memory at a) op (memory at b), elementwise over dst's length; a and b are device
+        addresses (b may be mapped pinned host memory: a network step's staged data)."""
+        import ctypes
+        from ..kernels import DTYPE_IDS, OP_IDS
+        n = dst.size
+        if n:
+            dt = DTYPE_IDS[dtype_name(self.dtype(dst))]
+            self._run(f"hp_reduce_local<{dt}, {OP_IDS[op.value]}>", dt, n,
+                      [ctypes.c_uint64(dst.data.ptr), ctypes.c_uint64(a), ctypes.c_uint64(b), ctypes.c_uint64(n)])
+        self._done()
+
     def scale_avg(self, buf: Any, nranks: int) -> None:
         """buf /= nranks (the last step of avg), on the GPU."""
         import ctypes

@@ -1,0 +1,55 @@
+"""Host time of the calling thread for a GPU call with a network step (issue 21's "< 20 us at any size"),
+and the GPU time of the same calls, on a communicator spanning nodes (HPCCL_NODE_ID=split:1 on one GPU).
+
+    mpirun -n 2 -x HPCCL_NODE_ID=split:1 python bench/net_step_cost.py [--json out.json]
+
+Per size: the median wall time of the call itself (it enqueues and returns; the stream is synchronized
+outside the timed region), and the event-timed GPU time per call over a back-to-back loop."""
+import argparse
+import json
+import statistics
+import time
+
+import cupy
+import numpy as np
+
+import hpccl
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--json")
+ap.add_argument("--iters", type=int, default=30)
+a = ap.parse_args()
+comm = hpccl.init()
+s = cupy.cuda.Stream(non_blocking=True)
+rows = []
+for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
+    n = max(1, nbytes // 4)
+    x = cupy.ones(n, dtype=cupy.float32)
+    for _ in range(3):
+        comm.all_reduce(x, stream=s)
+    s.synchronize()
+    host = []
+    for _ in range(a.iters):
+        t0 = time.perf_counter()
+        comm.all_reduce(x, stream=s)
+        host.append(time.perf_counter() - t0)
+        s.synchronize()
+    e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+    e0.record(s)
+    for _ in range(a.iters):
+        comm.all_reduce(x, stream=s)
+    e1.record(s)
+    e1.synchronize()
+    gpu_us = cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters
+    comm.synchronize()
+    ok = bool(float(x[0]) == float(comm.size) ** (3 + 2 * a.iters))  # every call multiplied it by size
+    row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
+           "gpu_us_per_call": gpu_us, "ok": ok}
+    rows.append(row)
+    if comm.rank == 0:
+        print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f})  "
+              f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}", flush=True)
+if comm.rank == 0 and a.json:
+    json.dump({"ranks": comm.size, "nodes": comm.num_nodes, "rows": rows,
+               "path": comm._dev.path if comm._dev is not None else None}, open(a.json, "w"), indent=1)
+comm.destroy()

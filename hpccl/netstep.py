@@ -1,0 +1,284 @@
+"""GPU network steps through the native engine, in stream order, with no host sync and no helper thread
+of hpccl's own on the data path: the caller's thread enqueues everything and returns.
+
+One exchange (the sends and receives of one step of a ring, tree or linear schedule) becomes, on the
+caller's stream S:
+
+    DtoH copies of the send buffers into pinned staging memory
+    write token t to the step's "ready" word            (cuStreamWriteValue32)
+    wait until the "done" word reaches v                 (cuStreamWaitValue32)
+    HtoD copies, or reduce kernels reading the staged data through its device mapping
+
+and the engine (hpccl/_netengine.c) is handed the step's messages at once: it posts them when it sees
+token t (the staged data is in place, and the GPU is done with the previous step's received data, which
+shares the staging memory), and writes v when every message has ended, ok or not. The engine never calls
+CUDA and never takes the GIL, so nothing the caller's thread does (allocating, loading kernels, holding
+the GIL) can stall a step.
+
+Under CUDA graph capture the same step records a host node instead of the token and the hand-over: each
+replay's host node reposts the captured step to the engine (it runs once the staged data is in place),
+which writes the step's own done word; replays use a tag space of their own (hpccl/_netengine.c), so
+captured and eager steps never match each other's messages. Captured steps get staging memory of their
+own, kept until the communicator is destroyed.
+
+A failed step (a peer gone, HPCCL_TIMEOUT, an abort) still writes its done word, so no stream stays
+blocked; the communicator's next call or synchronize() raises the error, as ncclCommGetAsyncError does.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Callable, List, Optional, Sequence
+
+from . import config, log
+from .errors import HpcclError
+from .primitives import Primitives, Recv, Send
+from .progress import Waiter
+
+WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe)
+_ALIGN = 256
+_WORDS = 1024  # done words per page of pinned words (one per captured step)
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Pinned:
+    """One pinned, device-mapped host allocation."""
+
+    def __init__(self, driver: Any, nbytes: int) -> None:
+        self.driver = driver
+        self.nbytes = max(nbytes, 64)
+        self.host = driver.host_alloc(self.nbytes)
+        self.dev = driver.host_device_pointer(self.host)
+
+    def free(self) -> None:
+        if self.host:
+            self.driver.mem_free_host(ctypes.c_void_p(self.host))
+            self.host = 0
+
+
+class StagedNet:
+    """The device half of one communicator's network path: staging memory, the ready/done words, and
+    the hand-over of each step to the engine."""
+
+    def __init__(self, engine: Any, device: int) -> None:
+        from .kernels import Driver
+        self.eng = engine  # hpccl._netengine.Engine
+        self.device = device
+        self.driver = Driver.get()
+        self.timeout = float(config.get("HPCCL_TIMEOUT"))
+        self._words = _Pinned(self.driver, 64)
+        ctypes.memset(self._words.host, 0, 64)
+        self.ready_h, self.done_h = self._words.host, self._words.host + 4
+        self.ready_d, self.done_d = self._words.dev, self._words.dev + 4
+        self._tok = 0       # ready tokens written (eager steps)
+        self._val = 0       # done values expected (eager steps)
+        self._stage: Optional[_Pinned] = None
+        self._old: List[_Pinned] = []  # outgrown staging areas: earlier steps may still use them
+        self._graph: List[Any] = []    # captured steps' staging, words and templates (live until close)
+        self._gwords: Optional[_Pinned] = None
+        self._gword_next = _WORDS
+        self._last_stream: Optional[int] = None
+        self._join_ev = self.driver.event()
+        self.steps = 0
+        self.captured = 0
+
+    # ----- memory -------------------------------------------------------------------------------------
+    def staging(self, nbytes: int) -> _Pinned:
+        """The eager staging area, at least ``nbytes``; one area serves every step in turn (stream order
+        keeps a step's copies after the previous step's reads of it)."""
+        if self._stage is None or self._stage.nbytes < nbytes:
+            if self._stage is not None:
+                self._old.append(self._stage)
+            self._stage = _Pinned(self.driver, max(nbytes, 1 << 20, 2 * (self._stage.nbytes if self._stage else 0)))
+        return self._stage
+
+    def _graph_word(self) -> tuple:
+        if self._gwords is None or self._gword_next >= _WORDS:
+            self._gwords = _Pinned(self.driver, 4 * _WORDS)
+            ctypes.memset(self._gwords.host, 0, 4 * _WORDS)
+            self._graph.append(self._gwords)
+            self._gword_next = 0
+        i = self._gword_next
+        self._gword_next += 1
+        return self._gwords.host + 4 * i, self._gwords.dev + 4 * i
+
+    # ----- ordering across streams --------------------------------------------------------------------
+    def enter(self, stream: int) -> None:
+        """A call on a stream other than the last one's waits for the last one's work (the steps share
+        staging memory and the engine's order)."""
+        last = self._last_stream
+        if last is not None and last != stream:
+            d = self.driver
+            d.event_record(ctypes.c_void_p(self._join_ev), ctypes.c_void_p(last))
+            d.stream_wait_event(ctypes.c_void_p(stream), ctypes.c_void_p(self._join_ev), 0)
+        self._last_stream = stream
+
+    # ----- one step ----------------------------------------------------------------------------------
+    def step(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
+             consume: Callable[[int, tuple], None]) -> None:
+        """Enqueue one exchange on ``stream``. sends: (peer, dev_ptr, nbytes); recvs: (peer, nbytes, ...)
+        handed back with the staged data's device address to ``consume(addr, recv)`` after the wait."""
+        d = self.driver
+        s = ctypes.c_void_p(stream)
+        total = sum(_align(n) for _, _, n in sends) + sum(_align(r[1]) for r in recvs)
+        capturing = d.capturing(stream)
+        if capturing:
+            area = _Pinned(d, total)
+            self._graph.append(area)
+        else:
+            area = self.staging(total)
+        ops, off = [], 0
+        for peer, ptr, n in sends:
+            if n:
+                rc = d.memcpy_dtoh(ctypes.c_void_p(area.host + off), ptr, n, s)
+                if rc:
+                    raise self._cuda("cuMemcpyDtoHAsync", rc)
+            ops.append((0, peer, area.host + off, n))
+            off += _align(n)
+        places = []
+        for r in recvs:
+            ops.append((1, r[0], area.host + off, r[1]))
+            places.append(area.dev + off)
+            off += _align(r[1])
+        if capturing:
+            done_h, done_d = self._graph_word()
+            t = self.eng.template(ops, done_h, self.timeout, label)
+            self._graph.append(t)
+            rc = d.launch_host_func(s, ctypes.c_void_p(t.hostfn), ctypes.c_void_p(t.userdata))
+            if rc:
+                raise self._cuda("cuLaunchHostFunc", rc)
+            rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
+            self.captured += 1
+        else:
+            self._tok = (self._tok + 1) & 0xFFFFFFFF
+            self._val = (self._val + 1) & 0xFFFFFFFF
+            rc = d.write_value32(s, self.ready_d, self._tok, 0)
+            if rc:
+                raise self._cuda("cuStreamWriteValue32", rc)
+            self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label)
+            rc = d.wait_value32(s, self.done_d, self._val, WAIT_GEQ)
+        if rc:
+            raise self._cuda("cuStreamWaitValue32", rc)
+        self.steps += 1
+        for addr, r in zip(places, recvs):
+            if r[1]:
+                consume(addr, r)
+
+    def _cuda(self, what: str, rc: int) -> HpcclError:
+        from .errors import HpcclSystemError
+        return HpcclSystemError(f"{what} failed while enqueuing a network step: {self.driver.error_name(rc)}")
+
+    # ----- failures and life cycle -------------------------------------------------------------------
+    def error(self) -> Optional[HpcclError]:
+        e = self.eng.error()
+        if e is None:
+            return None
+        from .transport.engine import engine_error
+        return engine_error(e)
+
+    def close(self) -> None:
+        """After the engine's last step ended (the caller synchronized the device or the engine closed)."""
+        for p in [self._words, self._stage, *self._old, *[g for g in self._graph if isinstance(g, _Pinned)]]:
+            if p is not None:
+                p.free()
+        self._graph, self._old, self._stage = [], [], None
+        if self._join_ev:
+            self.driver.event_destroy(ctypes.c_void_p(self._join_ev))
+            self._join_ev = 0
+
+
+class StagedPrimitives(Primitives):
+    """Primitives whose exchanges are staged network steps enqueued on the current CuPy stream; copies
+    and reductions are the device memory component's, on the same stream (nothing waits on the host)."""
+
+    def __init__(self, rank: int, size: int, net: StagedNet, waiter: Waiter, memory: Any) -> None:
+        super().__init__(rank, size, {}, None, waiter, memory)
+        self.net = net
+        self.label = "network step"
+
+    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
+        import cupy
+        mem = self.mem
+        self_sends = [b for p, b in sends if p == self.rank]
+        remote_recvs = []
+        for peer, buf, op, *rest in recvs:
+            src = rest[0] if rest else None
+            if peer == self.rank:
+                incoming = self_sends.pop(0)
+                if op is None:
+                    mem.copy(buf, incoming)
+                else:
+                    mem.reduce(buf, buf if src is None else src, incoming, op)
+            else:
+                remote_recvs.append((peer, buf.nbytes, buf, op, src))
+        remote_sends = [(p, b.data.ptr, b.nbytes) for p, b in sends if p != self.rank]
+        if not remote_sends and not remote_recvs:
+            return
+        stream = cupy.cuda.get_current_stream().ptr
+        self.net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
+
+    def _consume(self, addr: int, r: tuple) -> None:
+        """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into
+        its buffer: a copy, or a reduce kernel reading it in place."""
+        _peer, n, buf, op, src = r
+        if op is None:
+            import cupy
+            rc = self.net.driver.memcpy_htod(buf.data.ptr, ctypes.c_void_p(addr), n,
+                                             ctypes.c_void_p(cupy.cuda.get_current_stream().ptr))
+            if rc:
+                raise self.net._cuda("cuMemcpyHtoDAsync", rc)
+        else:
+            self.mem.reduce_ptrs(buf, (src if src is not None else buf).data.ptr, addr, op)
+
+
+class StagedRunner:
+    """What the communicator's device side calls for a step with a network part (the interface the
+    Python proxy had): the step runs now, on the caller's thread, enqueuing stream work; failures of
+    steps already handed to the engine are raised by the next call."""
+
+    capturable = True
+
+    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
+        self.net, self.prim, self.device = net, prim, device
+        self._on_fail = on_fail
+        self._raised: Optional[HpcclError] = None
+        self.ops = self  # reserve() below: nothing to reserve, no stream is held by a thread
+
+    def reserve(self, nbytes: int) -> None:
+        """Staged steps allocate on the caller's thread, in stream order: nothing to set aside."""
+
+    def check_capture(self, stream: int, what: str) -> None:
+        """Staged steps are capturable."""
+
+    def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
+        self.raise_error()
+        from .device import stream_context
+        self.prim.label = what
+        with stream_context(self.device, stream):
+            self.net.enter(stream)
+            step()
+
+    @property
+    def error(self) -> Optional[HpcclError]:
+        return self._raised or self.net.error()
+
+    def raise_error(self) -> None:
+        err = self.error
+        if err is not None:
+            if self._raised is None:
+                self._raised = err
+                log.warn("NET", "a network step failed: %s", err)
+                try:
+                    self._on_fail()
+                except Exception:  # noqa: BLE001
+                    pass
+            raise err
+
+    def drain(self, timeout: Optional[float] = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.net.close()
+
