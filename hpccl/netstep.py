@@ -81,6 +81,7 @@ class StagedNet:
         self._gword_next = _WORDS
         self._last_stream: Optional[int] = None
         self._join_ev = self.driver.event()
+        self._joinable = False
         self.steps = 0
         self.captured = 0
 
@@ -107,13 +108,21 @@ class StagedNet:
     # ----- ordering across streams --------------------------------------------------------------------
     def enter(self, stream: int) -> None:
         """A call on a stream other than the last one's waits for the last one's work (the steps share
-        staging memory and the engine's order)."""
+        staging memory and the engine's order), through the event leave() recorded at its end: never
+        through the old stream's handle, which its owner may have destroyed since."""
         last = self._last_stream
-        if last is not None and last != stream:
-            d = self.driver
-            d.event_record(ctypes.c_void_p(self._join_ev), ctypes.c_void_p(last))
-            d.stream_wait_event(ctypes.c_void_p(stream), ctypes.c_void_p(self._join_ev), 0)
+        if last is not None and last != stream and self._joinable:
+            self.driver.stream_wait_event(ctypes.c_void_p(stream), ctypes.c_void_p(self._join_ev), 0)
         self._last_stream = stream
+
+    def leave(self, stream: int) -> None:
+        """Mark the end of this call's work on ``stream`` (not while capturing: a graph's work is ordered
+        by its own launch stream)."""
+        if self.driver.capturing(stream):
+            self._joinable = False
+            return
+        self.driver.event_record(ctypes.c_void_p(self._join_ev), ctypes.c_void_p(stream))
+        self._joinable = True
 
     # ----- one step ----------------------------------------------------------------------------------
     def step(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
@@ -258,7 +267,10 @@ class StagedRunner:
         self.prim.label = what
         with stream_context(self.device, stream):
             self.net.enter(stream)
-            step()
+            try:
+                step()
+            finally:
+                self.net.leave(stream)
 
     @property
     def error(self) -> Optional[HpcclError]:

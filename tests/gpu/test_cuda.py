@@ -93,9 +93,11 @@ def test_all_reduce_dtype_op(world, name):
                     y = to_dev(np.zeros(count, np_dtype(name)), dev)
                     poison(y)
                     comm.all_reduce(x, y, op)
-                    assert_close(name, to_host(y), want, f"{algo} {name} {op.value} n={count} out of place")
+                    assert_close(name, to_host(y), want, f"{algo} {name} {op.value} n={count} out of place",
+                                 hops=n - 1 if comm.num_nodes > 1 else 1)
                     comm.all_reduce(x, None, op)  # in place
-                    assert_close(name, to_host(x), want, f"{algo} {name} {op.value} n={count} in place")
+                    assert_close(name, to_host(x), want, f"{algo} {name} {op.value} n={count} in place",
+                                 hops=n - 1 if comm.num_nodes > 1 else 1)
 
 
 @pytest.mark.parametrize("name", ["int32", "float16", "bfloat16", "float32"] if QUICK else DTYPES)
@@ -110,11 +112,12 @@ def test_reduce_scatter(world, name):
                     want = reference(name, op, data)[comm.rank * count:(comm.rank + 1) * count]
                     x = to_dev(data[comm.rank], dev)
                     y = comm.reduce_scatter(x, None, op)
-                    assert_close(name, to_host(y), want, f"{algo} reduce_scatter {name} {op.value} {count}")
+                    assert_close(name, to_host(y), want, f"{algo} reduce_scatter {name} {op.value} {count}",
+                                 hops=n - 1 if comm.num_nodes > 1 else 1)
                     # in place: the output is this rank's own block of the input
                     comm.reduce_scatter(x, x[comm.rank * count:(comm.rank + 1) * count], op)
                     assert_close(name, to_host(x)[comm.rank * count:(comm.rank + 1) * count], want,
-                                 f"{algo} rs in place")
+                                 f"{algo} rs in place", hops=n - 1 if comm.num_nodes > 1 else 1)
 
 
 @pytest.mark.parametrize("count", [1, 5, 4096, 300001])
