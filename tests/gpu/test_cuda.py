@@ -94,10 +94,10 @@ def test_all_reduce_dtype_op(world, name):
                     poison(y)
                     comm.all_reduce(x, y, op)
                     assert_close(name, to_host(y), want, f"{algo} {name} {op.value} n={count} out of place",
-                                 hops=n - 1 if comm.num_nodes > 1 else 1)
+                                 hops=comm.size - 1 if comm.num_nodes > 1 else 1)
                     comm.all_reduce(x, None, op)  # in place
                     assert_close(name, to_host(x), want, f"{algo} {name} {op.value} n={count} in place",
-                                 hops=n - 1 if comm.num_nodes > 1 else 1)
+                                 hops=comm.size - 1 if comm.num_nodes > 1 else 1)
 
 
 @pytest.mark.parametrize("name", ["int32", "float16", "bfloat16", "float32"] if QUICK else DTYPES)
