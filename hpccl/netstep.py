@@ -247,7 +247,9 @@ class StagedRunner:
     Python proxy had): the step runs now, on the caller's thread, enqueuing stream work; failures of
     steps already handed to the engine are raised by the next call."""
 
-    capturable = True
+    #: captured network steps (templates reposted by a host node per replay) are built but not enabled:
+    #: in their first GPU run (2026-12-02) replays hung; until that is fixed a capturing stream is refused
+    capturable = False
 
     def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
         self.net, self.prim, self.device = net, prim, device
@@ -259,9 +261,14 @@ class StagedRunner:
         """Staged steps allocate on the caller's thread, in stream order: nothing to set aside."""
 
     def check_capture(self, stream: int, what: str) -> None:
-        """Staged steps are capturable."""
+        """Refuse a capturing stream before anything is enqueued (see ``capturable``)."""
+        if not self.capturable and self.net.driver.capturing(stream):
+            from .errors import HpcclUnsupported
+            raise HpcclUnsupported(f"{what}: this call has a network step, which this version cannot hold "
+                                   "in a CUDA graph yet; capture only single-node calls")
 
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
+        self.check_capture(stream, what)
         self.raise_error()
         from .device import stream_context
         self.prim.label = what

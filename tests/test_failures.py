@@ -32,10 +32,13 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
 
 _UCX = importlib.util.find_spec("ucxx") is not None
 _NO_UCX = "ucxx is not installed (pip install hpccl[ucx]); the MPI and shared-memory cases still run"
+_ENGINE = importlib.util.find_spec("hpccl._netengine") is not None
+_NO_ENGINE = "hpccl's network engine is not built (no UCX headers at install); the other cases still run"
 
 
 @pytest.mark.parametrize("n,net", [(3, "mpi"), (4, "mpi"), pytest.param(4, "ucx", marks=pytest.mark.skipif(
-    not _UCX, reason=_NO_UCX))])
+    not _UCX, reason=_NO_UCX)), pytest.param(3, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
+    pytest.param(4, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
 def test_network_timeout_names_the_rank_that_never_arrived(n, net):
     """Between nodes (every rank its own node) each waiting rank asks the others over the transport's
     control channel which collective they are in: all name the rank that never came, not the neighbour
@@ -55,13 +58,17 @@ def test_network_timeout_names_the_rank_that_never_arrived(n, net):
 
 @pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi",
                                     pytest.param("ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
-                                    pytest.param("hier-ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX))])
+                                    pytest.param("hier-ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
+                                    pytest.param("engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
+                                    pytest.param("hier-engine", marks=pytest.mark.skipif(not _ENGINE,
+                                                                                         reason=_NO_ENGINE))])
 def test_abort_reaches_every_peer_naming_the_failed_rank(layout):
     """A rank that fails between collectives: every peer inside the next one fails within a second (not
-    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI and UCX, and through hier."""
+    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI, ucxx and the engine, and
+    through hier."""
     env = {"HPCCL_TIMEOUT": "30"}
     net = layout.split("-")[-1]
-    if layout in ("mpi", "ucx"):
+    if layout in ("mpi", "ucx", "engine"):
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET=net)
     elif layout.startswith("hier"):
         env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=net)
@@ -116,7 +123,8 @@ def test_rank_that_never_calls_init_gives_timeout_not_hang():
 
 
 @pytest.mark.parametrize("n,layout", [(3, "node"), (4, "node"), pytest.param(3, "ucx-tcp", marks=pytest.mark.skipif(
-    not _UCX, reason=_NO_UCX))])
+    not _UCX, reason=_NO_UCX)), pytest.param(3, "engine-tcp", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
+    pytest.param(4, "engine-tcp", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
 def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     """A rank SIGKILLed inside a collective (ranks started as plain processes, so the survivors live on):
     every survivor fails within a second (HPCCL_TIMEOUT is 30 s) naming exactly the dead rank, seen gone
@@ -124,8 +132,8 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     passed on as the abort of the rank that saw it. Nothing left in /dev/shm or running."""
     import subprocess
     env = {"HPCCL_TIMEOUT": "30"}
-    if layout == "ucx-tcp":
-        env.update(HPCCL_NODE_ID="split:1", HPCCL_UCX_TLS="tcp,self")
+    if layout.endswith("-tcp"):  # ucxx, or hpccl's engine
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_UCX_TLS="tcp,self", HPCCL_NET=layout.split("-")[0])
     procs = start_plain(n, "tests/scripts/die_peer.py", tmp_path, env)
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert procs[-1].returncode == -9, outs[-1][-2000:]
@@ -142,7 +150,9 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
 
 
 @pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi"), pytest.param(4, "hier-ucx", marks=pytest.mark.skipif(
-    not _UCX, reason=_NO_UCX))])
+    not _UCX, reason=_NO_UCX)), pytest.param(4, "hier-engine", marks=pytest.mark.skipif(not _ENGINE,
+                                                                                        reason=_NO_ENGINE)),
+    pytest.param(3, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
 def test_shrink_after_a_stopped_rank(n, layout):
     """The last rank is SIGSTOPped: the others fail within HPCCL_TIMEOUT (+ the MPI survey) naming it (or
     the abort of the survivor that timed out first), shrink it away with no collective over it, and run
@@ -150,8 +160,10 @@ def test_shrink_after_a_stopped_rank(n, layout):
     env = {"HPCCL_TIMEOUT": "2"}
     if layout == "mpi":
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
-    elif layout == "hier-ucx":  # 2 nodes x 2 ranks, UCX between; the survivors are 2 + 1
-        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET="ucx")
+    elif layout in ("hier-ucx", "hier-engine"):  # 2 nodes x 2 ranks, UCX between; the survivors are 2 + 1
+        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=layout.split("-")[1])
+    elif layout == "engine":  # every rank its own node, the engine between
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="engine")
     proc = run_mpi(n, ["tests/scripts/shrink_after_stop.py"], env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]
     rows = {row["rank"]: row for row in results(proc.stdout)}
@@ -166,13 +178,14 @@ def test_shrink_after_a_stopped_rank(n, layout):
     assert shm_leftovers() == []
 
 
-@pytest.mark.parametrize("layout", ["shm", "mpi"])
+@pytest.mark.parametrize("layout", ["shm", "mpi", pytest.param("engine", marks=pytest.mark.skipif(
+    not _ENGINE, reason=_NO_ENGINE))])
 def test_desync_is_named_on_every_rank(layout):
     """HPCCL_CHECK=1: checked calls run as usual; when one rank calls all_gather while the others call
     all_reduce, every rank raises HpcclInvalidUsage at once naming both groups of ranks and their calls."""
     env = {"HPCCL_CHECK": "1", "HPCCL_TIMEOUT": "20"}
-    if layout == "mpi":
-        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
+    if layout in ("mpi", "engine"):
+        env.update(HPCCL_NODE_ID="split:1", HPCCL_NET=layout)
     n = 3
     proc = run_mpi(n, ["tests/scripts/desync.py"], env=env, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:]

@@ -1,6 +1,6 @@
 """The multi-rank suites, each run under mpiexec at 1, 2, 3 and 4 ranks (odd counts catch ring
-off-by-ones), and on emulated multi-node layouts (shared memory inside a node, MPI between nodes). A case
-may name several suite files (space-separated): one mpiexec and pytest run for all of them."""
+off-by-ones), and on emulated multi-node layouts (shared memory inside a node, the network engine between
+nodes). A case may name several suite files (space-separated): one mpiexec and pytest run for all of them."""
 from __future__ import annotations
 
 import pytest

@@ -64,13 +64,21 @@ def engine_error(args: Tuple[int, int, str], what: str = "") -> HpcclError:
     return HpcclSystemError(text)
 
 
+# A waiter's first HPCCL_SPIN polls come before its first look at the clock (progress.Waiter.wait); each
+# poll blocks here once, so while a request is that young it blocks this briefly at most (still driving
+# progress from the caller's thread): the spin costs HPCCL_SPIN x this, not HPCCL_SPIN x the waiter's nap,
+# which would push every timeout, abort and survey seconds past HPCCL_TIMEOUT.
+SPIN_BLOCK_S = 2e-5
+
+
 class _Req(Request):
     """A send, or a receive straight into its buffer."""
 
-    __slots__ = ("peer", "op", "t", "done")
+    __slots__ = ("peer", "op", "t", "done", "blocks")
 
     def __init__(self, t: "EngineTransport", peer: int, op: Any) -> None:
         self.t, self.peer, self.op, self.done = t, peer, op, False
+        self.blocks = 0
 
     def test(self) -> bool:
         if self.done:
@@ -85,8 +93,12 @@ class _Req(Request):
         return True
 
     def block(self, seconds: float) -> None:
-        """Sleep (without the GIL) until this request ends or ``seconds`` pass."""
+        """Sleep (without the GIL) until this request ends or ``seconds`` pass (SPIN_BLOCK_S at most
+        for the first HPCCL_SPIN calls: the waiter's spin)."""
         if not self.done:
+            if self.blocks < self.t.spin:
+                self.blocks += 1
+                seconds = min(seconds, SPIN_BLOCK_S)
             try:
                 self.op.wait(seconds)
             except _ne.EngineError:
@@ -130,12 +142,17 @@ class EngineTransport(ControlChannel, Transport):
         self.eng: Any = None
         self._pool: Dict[tuple, List[np.ndarray]] = {}
         self._closed = False
+        self.spin = max(0, config.get("HPCCL_SPIN"))  # the waiter's polls before it reads the clock
         self.error_handling = True  # endpoints to other nodes always detect a lost peer
         t0 = time.perf_counter()
         tls = _tls()
         self.tls = tls or "all"
         self.wire = wire_config()
         cfg: Dict[str, str] = dict(self.wire)
+        if "UCX_KEEPALIVE_INTERVAL" not in os.environ:
+            # UCX's TCP transport may notice a peer's closed connection only at its next keepalive round
+            # (20 s by default) when this rank only receives from it: 1 s names a killed peer in time
+            cfg["KEEPALIVE_INTERVAL"] = "1s"
         if tls and os.environ.get("UCX_TLS") != tls:
             cfg["TLS"] = tls
         elif not tls and "UCX_TLS" in os.environ:  # an empty UCX_TLS selects nothing, to UCX
@@ -149,7 +166,8 @@ class EngineTransport(ControlChannel, Transport):
                 log.warn("TRANSPORT", "UCX refused hpccl's TCP settings %s (%s); using UCX's defaults "
                          "(HPCCL_UCX_TCP_TUNE=0 silences this)", self.wire, exc)
                 self.wire = {}
-                self.eng = _ne.Engine(rank, self.size, {k: v for k, v in cfg.items() if k == "TLS"})
+                self.eng = _ne.Engine(rank, self.size, {k: v for k, v in cfg.items()
+                                                        if k in ("TLS", "KEEPALIVE_INTERVAL")})
             problem = _device_problem(self.eng.info())
             if problem is None:
                 address = self.eng.address()

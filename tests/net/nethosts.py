@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 
@@ -109,6 +109,15 @@ class Hosts:
             out[h] = {"tx": s["tx"]["bytes"], "rx": s["rx"]["bytes"]}
         return out
 
+    def pids(self, i: int) -> List[int]:
+        """Processes running in host i's namespace."""
+        out = _ip("netns", "pids", self.names[i], check=False).stdout
+        return [int(x) for x in out.split()]
+
+    def link(self, i: int, up: bool) -> None:
+        """Set host i's DEV up or down (down: its link to the bridge, so to every other host, is gone)."""
+        _ip("-n", self.names[i], "link", "set", DEV, "up" if up else "down")
+
     def ping(self, src: int, dst: int) -> bool:
         r = subprocess.run(["ip", "netns", "exec", self.names[src], "ping", "-c", "1", "-W", "2",
                             self.addr(dst)], capture_output=True)
@@ -128,9 +137,11 @@ def mpiexec() -> List[str]:
     return cmd
 
 
-def run_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str],
-                 env: Optional[Dict[str, str]] = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``python args...`` on nranks ranks, per_host consecutive ranks in each host namespace."""
+def host_env(hosts: Hosts, per_host: int, env: Optional[Dict[str, str]] = None,
+             unset: Sequence[str] = ()) -> Dict[str, str]:
+    """The environment ranks on the hosts get: this one, hpccl importable, HPCCL_TIMEOUT 60 unless set,
+    UCX_TLS=tcp,self, HPCCL_NODE_ID removed (nodes come from the hosts' own hostnames), then ``env`` on top;
+    last, every variable named in ``unset`` removed (e.g. unset=["UCX_TLS"] for UCX's default transports)."""
     e = dict(os.environ)
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     e.setdefault("HPCCL_TIMEOUT", "60")
@@ -138,6 +149,37 @@ def run_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str],
               "UCX_TLS": "tcp,self", "UCX_WARN_UNUSED_ENV_VARS": "n"})
     e.pop("HPCCL_NODE_ID", None)  # nodes come from the hosts' own hostnames
     e.update(env or {})
+    for name in unset:
+        e.pop(name, None)
+    return e
+
+
+def run_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str],
+                 env: Optional[Dict[str, str]] = None, timeout: float = 600,
+                 unset: Sequence[str] = ()) -> subprocess.CompletedProcess:
+    """``python args...`` on nranks ranks, per_host consecutive ranks in each host namespace (environment:
+    host_env)."""
+    e = host_env(hosts, per_host, env, unset)
     cmd = mpiexec() + ["-n", str(nranks), str(WRAP), sys.executable] + args
     return subprocess.run(cmd, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
+
+
+def start_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str], store_dir,
+                   env: Optional[Dict[str, str]] = None, unset: Sequence[str] = ()) -> List[subprocess.Popen]:
+    """``python args...`` as nranks plain processes (no MPI launcher, so none tears the survivors down when
+    a rank dies), per_host consecutive ranks in each host namespace with that host's hostname, bootstrapped
+    over a directory store: RANK, SIZE and STORE_DIR set, MPI launcher variables removed (environment
+    otherwise host_env). The process started is the rank itself (ip netns exec, unshare and sh all exec),
+    so Popen.pid is the rank's pid; stdout and stderr merged."""
+    e = {k: v for k, v in host_env(hosts, per_host, env, unset).items()
+         if not k.startswith(("PMI", "OMPI_", "PMIX", "MPI_"))}
+    e.update(SIZE=str(nranks), STORE_DIR=str(store_dir))
+    procs = []
+    for r in range(nranks):
+        host = hosts.names[r // per_host]
+        cmd = ["ip", "netns", "exec", host, "unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host,
+               sys.executable] + args
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=dict(e, RANK=str(r)), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    return procs
