@@ -129,7 +129,8 @@ _param("HPCCL_BOOTSTRAP", "auto", str.lower,
        "under torchrun), 'auto': MPI when an MPI launcher started the process (PMI/PMIx/Open MPI variables), "
        "else the store.")
 _param("HPCCL_GPU_NET_ASYNC", False, _bool,
-       "GPU calls with a network step return at once and hold the caller's stream on the GPU until the "
+       "Only for the fallback Python proxy (no native engine; with the engine GPU network steps always "
+       "enqueue and return without a host sync). GPU calls with a network step return at once and hold the caller's stream on the GPU until the "
        "proxy thread has moved the data (needs a non-default stream; the caller's thread must not load "
        "CUDA kernels or allocate device memory while a step is pending, see docs/GPU.md). Off: the call "
        "returns once the step is done.")

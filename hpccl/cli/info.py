@@ -48,11 +48,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     from hpccl import hotpath
     say("  hot path   " + (f"compiled ({hotpath._hotpath.__file__})" if hotpath.available() else
                           "not built (no C compiler at install): small host calls run in Python, slower"))
+    try:
+        from hpccl.transport import engine as _eng
+        (maj, mnr, rel), hdr = _eng._ne.version()
+        say(f"  network    native engine ({_eng._ne.__file__}; libucp {maj}.{mnr}.{rel}, built against "
+            f"UCX {hdr[0]}.{hdr[1]} headers): calls across nodes, GPU steps staged in stream order")
+    except ImportError as exc:
+        say(f"  network    native engine not available ({exc}): calls across nodes take the ucxx or MPI path")
     say("configuration (HPCCL_*; source env or default):")
     for name, value, source, doc in config.describe():
         say(f"  {name:<24} = {str(value)!r:<14} [{source}]  {doc}")
     try:
-        from hpccl.transport.ucx import wire_config
+        from hpccl.transport.ucx_config import wire_config
         wire = wire_config()
         user = {k: os.environ[k] for k in sorted(os.environ) if k.startswith("UCX_TCP_")}
         say("UCX wire settings hpccl gives its own context: "
