@@ -1047,6 +1047,7 @@ static PyObject *Engine_template(Engine *self, PyObject *args) {
   b->gid = self->next_gid++;
   b->eng = self;
   b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
+  b->done_val = 1;  /* each replay's host node sets the word to 0; the stream waits for >= 1 */
   b->timeout = timeout;
   atomic_store(&b->state, B_DONE);  /* idle until the first replay */
   snprintf(b->label, sizeof b->label, "%s", label);

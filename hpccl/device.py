@@ -76,7 +76,7 @@ class DeviceSide:
             from .netstep import StagedNet, StagedPrimitives, StagedRunner
             net = StagedNet(engine.eng, self.device)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
-            self.proxy = StagedRunner(net, self.prim, self.device, comm.abort)
+            self.proxy = StagedRunner(net, self.prim, self.device, comm.abort, capturable=comm.local_size == 1)
             self.path = "staged steps on the network engine"
             return
         from .proxy import Proxy, StreamOps

@@ -111,7 +111,7 @@ class StagedNet:
         staging memory and the engine's order), through the event leave() recorded at its end: never
         through the old stream's handle, which its owner may have destroyed since."""
         last = self._last_stream
-        if last is not None and last != stream and self._joinable:
+        if last is not None and last != stream and self._joinable and not self.driver.capturing(stream):
             self.driver.stream_wait_event(ctypes.c_void_p(stream), ctypes.c_void_p(self._join_ev), 0)
         self._last_stream = stream
 
@@ -247,11 +247,11 @@ class StagedRunner:
     Python proxy had): the step runs now, on the caller's thread, enqueuing stream work; failures of
     steps already handed to the engine are raised by the next call."""
 
-    #: captured network steps (templates reposted by a host node per replay) are built but not enabled:
-    #: in their first GPU run (2026-12-02) replays hung; until that is fixed a capturing stream is refused
-    capturable = False
-
-    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
+    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None],
+                 capturable: bool = True) -> None:
+        #: captured network steps (a template per step, reposted by a host node at each replay); off for
+        #: layouts with several ranks per node, where hier serves: its capture hung in its first GPU run
+        self.capturable = capturable
         self.net, self.prim, self.device = net, prim, device
         self._on_fail = on_fail
         self._raised: Optional[HpcclError] = None
@@ -264,8 +264,9 @@ class StagedRunner:
         """Refuse a capturing stream before anything is enqueued (see ``capturable``)."""
         if not self.capturable and self.net.driver.capturing(stream):
             from .errors import HpcclUnsupported
-            raise HpcclUnsupported(f"{what}: this call has a network step, which this version cannot hold "
-                                   "in a CUDA graph yet; capture only single-node calls")
+            raise HpcclUnsupported(f"{what}: CUDA graph capture of calls across nodes needs one rank per node "
+                                   "in this version (with several, hier's capture is not supported yet); "
+                                   "capture only single-node calls here")
 
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
         self.check_capture(stream, what)

@@ -1,0 +1,181 @@
+"""The native network engine (hpccl/_netengine.c) on its own: two engines in one process, connected over
+UCX's TCP transport, driven through the same entry points the transports use. Covers what the GPU path
+relies on without a GPU: ready-word gating, done words in order, captured-step templates reposted by
+their host function (called here as CUDA's host-function thread would), size mismatches, abort, a peer
+that goes away, and control messages."""
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+
+import numpy as np
+import pytest
+
+try:
+    from hpccl.transport.engine import load
+    ne = load()
+except ImportError as exc:  # pragma: no cover - the engine is built by the normal install
+    pytest.skip(f"the network engine is not built here: {exc}", allow_module_level=True)
+
+HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+@pytest.fixture()
+def pair():
+    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
+    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
+    addrs = [a.address(), b.address()]
+    a.connect(addrs, [False, True])
+    b.connect(addrs, [True, False])
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _words(n):
+    w = (ctypes.c_uint32 * n)()
+    return w, [ctypes.addressof(w) + 4 * i for i in range(n)]
+
+
+def _until(pred, seconds=10.0):
+    end = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > end:
+            return False
+        time.sleep(1e-4)
+    return True
+
+
+def test_messages_match_in_call_order(pair):
+    a, b = pair
+    xs = [np.full(1000 + i, i, dtype=np.int32) for i in range(20)]
+    ys = [np.zeros_like(x) for x in xs]
+    recvs = [b.recv(0, y) for y in ys]
+    sends = [a.send(1, x) for x in xs]
+    for op in recvs + sends:
+        assert op.wait(10.0)
+    for x, y in zip(xs, ys):
+        assert np.array_equal(x, y)
+
+
+def test_gated_step_posts_nothing_before_its_token_and_writes_done_in_order(pair):
+    a, b = pair
+    words, addr = _words(4)  # a: ready, done; b: ready, done
+    src = np.arange(4096, dtype=np.float32)
+    dst = np.zeros_like(src)
+    stage_a = np.zeros_like(src)
+    # two steps each way; b's receive buffer must stay untouched until b's token says it may be reused
+    for k in (1, 2):
+        a.staged([(ne.SEND, 1, src.ctypes.data, src.nbytes), (ne.RECV, 1, stage_a.ctypes.data, src.nbytes)],
+                 addr[0], k, addr[1], k, 10.0, f"step {k}")
+        b.staged([(ne.RECV, 0, dst.ctypes.data, dst.nbytes), (ne.SEND, 0, src.ctypes.data, src.nbytes)],
+                 addr[2], k, addr[3], k, 10.0, f"step {k}")
+    time.sleep(0.2)
+    assert words[1] == 0 and words[3] == 0 and not dst.any(), "a step ran before its ready token"
+    words[0] = 1
+    words[2] = 1
+    assert _until(lambda: words[1] == 1 and words[3] == 1)
+    assert np.array_equal(dst, src)
+    dst[:] = 0
+    time.sleep(0.1)
+    assert words[1] == 1 and not dst.any(), "step 2 ran before its token"
+    words[0] = 2
+    words[2] = 2
+    assert _until(lambda: words[1] == 2 and words[3] == 2)
+    assert np.array_equal(dst, src)
+    assert a.error() is None and b.error() is None
+
+
+def test_templates_repost_per_replay_in_their_own_tag_space(pair):
+    a, b = pair
+    words, addr = _words(2)
+    src = np.zeros(2048, dtype=np.float64)
+    dst = np.zeros_like(src)
+    ta = a.template([(ne.SEND, 1, src.ctypes.data, src.nbytes)], addr[0], 10.0, "captured send")
+    tb = b.template([(ne.RECV, 0, dst.ctypes.data, dst.nbytes)], addr[1], 10.0, "captured recv")
+    fa, fb = HOSTFN(ta.hostfn), HOSTFN(tb.hostfn)
+    # an eager message in flight between the replays must not be matched by them (nor match them)
+    eager_src, eager_dst = np.full(2048, -1.0), np.zeros(2048)
+    er = b.recv(0, eager_dst)
+    for replay in range(100):
+        src[:] = replay
+        # the host functions run on another thread, as CUDA's callback thread would run them
+        t = threading.Thread(target=lambda: (fb(tb.userdata), fa(ta.userdata)))
+        t.start()
+        t.join()
+        assert _until(lambda: words[0] == 1 and words[1] == 1), f"replay {replay} did not complete"
+        assert dst[0] == replay and dst[-1] == replay, replay
+        if replay == 50:
+            es = a.send(1, eager_src)
+            assert er.wait(10.0) and es.wait(10.0)
+            assert np.all(eager_dst == -1.0)
+    assert ta.state()[1] == 100 and tb.state()[1] == 100
+    assert a.error() is None and b.error() is None
+
+
+def test_size_mismatch_is_an_error_naming_the_sender(pair):
+    a, b = pair
+    r = b.recv(0, np.zeros(2, np.float32))
+    s = a.send(1, np.zeros(3, np.float32))
+    with pytest.raises(ne.EngineError) as info:
+        r.wait(10.0)
+    code, peer, msg = info.value.args
+    assert code == ne.E_SIZE and peer == 0 and "rank 0" in msg
+    s.wait(10.0)
+
+
+def test_staged_step_times_out_naming_the_silent_rank_and_still_writes_done(pair):
+    a, b = pair
+    words, addr = _words(2)
+    buf = np.zeros(16, np.uint8)
+    a.staged([(ne.RECV, 1, buf.ctypes.data, buf.nbytes)], 0, 0, addr[1], 7, 0.3, "all_reduce #9")
+    assert _until(lambda: words[1] == 7, 5.0), "a timed-out step left its done word unwritten"
+    code, peer, msg = a.error()
+    assert code == ne.E_TIMEOUT and "all_reduce #9" in msg and "[1]" in msg
+
+
+def test_abort_fails_what_waits(pair):
+    a, b = pair
+    r = b.recv(0, np.zeros(8, np.uint8))
+    b.abort(0)
+    with pytest.raises(ne.EngineError) as info:
+        r.wait(5.0)
+    assert info.value.args[0] == ne.E_ABORT
+
+
+def test_control_messages_and_abort_from_a_peer(pair):
+    a, b = pair
+    words, addr = _words(1)
+    buf = np.zeros(8, np.uint8)
+    b.staged([(ne.RECV, 0, buf.ctypes.data, buf.nbytes)], 0, 0, addr[0], 3, 0.0, "broadcast #2")
+    got: list = []
+    assert a.ctrl_send(1, 2, 0, 41).wait(5.0)  # a query
+    assert _until(lambda: bool(got.extend(b.ctrl_poll()) or got))
+    assert got[0] == (2, 0, 41)
+    assert a.ctrl_send(1, 1, 0, 42).wait(5.0)  # an abort: the waiting step ends at once, done written
+    assert _until(lambda: words[0] == 3, 5.0)
+    code, peer, msg = b.error()
+    assert code == ne.E_ABORT and peer == 0 and "rank 0" in msg
+
+
+def test_a_closed_peer_fails_a_waiting_receive_naming_it():
+    a = ne.Engine(0, 2, {"TLS": "tcp,self", "KEEPALIVE_INTERVAL": "1s"})
+    b = ne.Engine(1, 2, {"TLS": "tcp,self", "KEEPALIVE_INTERVAL": "1s"})
+    addrs = [a.address(), b.address()]
+    a.connect(addrs, [False, True])
+    b.connect(addrs, [True, False])
+    try:
+        first = b.recv(0, np.zeros(1, np.uint8))
+        assert a.send(1, np.zeros(1, np.uint8)).wait(5.0) and first.wait(5.0)
+        r = b.recv(0, np.zeros(1, np.uint8))
+        t0 = time.monotonic()
+        a.close()
+        with pytest.raises(ne.EngineError) as info:
+            while not r.wait(0.1):
+                assert time.monotonic() - t0 < 10, "the closed peer was never noticed"
+        assert info.value.args[0] == ne.E_PEER and info.value.args[1] == 0
+        assert b.dead()[0] == 0
+    finally:
+        a.close()
+        b.close()
