@@ -87,7 +87,8 @@ struct batch {
   int64_t ctrl[CTRL_WORDS];  /* a control message's payload (the batch owns it) */
   /* templates */
   struct engine *eng;
-  uint32_t gid, replays;
+  uint32_t gid;
+  _Atomic uint32_t replays;
   int finished;              /* engine thread: every op ended */
 };
 
@@ -135,7 +136,7 @@ typedef struct engine {
   int64_t ctrl_ring[CTRL_RING][CTRL_WORDS];
   atomic_int ctrl_head, ctrl_tail;
   atomic_int aborted_by;
-  int closed;
+  atomic_int closed;
   uint64_t batches_done, bytes_sent, bytes_recv;
 } Engine;
 
@@ -233,10 +234,13 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st) {
     if (e->eps[p] == ep) {
       int expected = 0;
       if (atomic_compare_exchange_strong(&e->dead[p], &expected, st < 0 ? -(int)st : 1)) {
-        int none = -1;
-        if (atomic_compare_exchange_strong(&e->dead_rank, &none, p))
+        pthread_mutex_lock(&e->elock);
+        if (atomic_load(&e->dead_rank) < 0) {
           snprintf(e->dead_why, sizeof e->dead_why, "UCX: connection to rank %d failed (%s)", p,
                    ucs_status_string(st));
+          atomic_store(&e->dead_rank, p);
+        }
+        pthread_mutex_unlock(&e->elock);
         atomic_store(&e->new_dead, 1);
       }
       return;
@@ -398,7 +402,9 @@ static void peer_failures(Engine *e) {
       op_t *o = &b->ops[k];
       int d = atomic_load(&e->dead[o->peer]);
       if (!d || o->done) continue;
+      pthread_mutex_lock(&e->elock);
       batch_fail(b, E_PEER, o->peer, "rank %d is gone: %s", o->peer, e->dead_why);
+      pthread_mutex_unlock(&e->elock);
       cancel_batch(e, b, o->peer);
     }
   }
@@ -702,7 +708,12 @@ static PyTypeObject TemplateType;
 static void repost(void *ud) {  /* CUDA's host-function thread: no CUDA, no Python */
   batch_t *b = ud;
   Engine *e = b->eng;
-  uint32_t r = b->replays++;
+  /* the previous replay ended (the stream waited for its done word, written after its state): this
+     acquire pairs with the engine's release of that state, so the engine's last writes to the ops are
+     ordered before ours; a replay still in flight would be a stream-order bug: wait it out, bounded */
+  double until = now_s() + 1.0;
+  while (atomic_load_explicit(&b->state, memory_order_acquire) < B_DONE && now_s() < until) sched_yield();
+  uint32_t r = atomic_fetch_add(&b->replays, 1);
   for (int i = 0; i < b->nops; i++) {
     op_t *o = &b->ops[i];
     uint64_t idx = o->tag & 0x7F;  /* the index was fixed at capture */
@@ -731,7 +742,7 @@ static void Template_dealloc(Template *self) {
 
 static PyObject *Template_state(Template *self, PyObject *noargs) {
   (void)noargs;
-  return Py_BuildValue("(iI)", atomic_load(&self->b->state), self->b->replays);
+  return Py_BuildValue("(iI)", atomic_load(&self->b->state), (unsigned)atomic_load(&self->b->replays));
 }
 
 static PyMethodDef Template_methods[] = {
@@ -1094,9 +1105,11 @@ static PyObject *Engine_ctrl_poll(Engine *self, PyObject *noargs) {
 
 static PyObject *Engine_dead(Engine *self, PyObject *noargs) {
   (void)noargs;
-  int r = atomic_load(&self->dead_rank);
-  if (r < 0) Py_RETURN_NONE;
-  return Py_BuildValue("(is)", r, self->dead_why);
+  if (atomic_load(&self->dead_rank) < 0) Py_RETURN_NONE;
+  pthread_mutex_lock(&self->elock);
+  PyObject *r = Py_BuildValue("(is)", atomic_load(&self->dead_rank), self->dead_why);
+  pthread_mutex_unlock(&self->elock);
+  return r;
 }
 
 static PyObject *Engine_error(Engine *self, PyObject *noargs) {
@@ -1124,13 +1137,17 @@ static PyObject *Engine_abort(Engine *self, PyObject *args) {
 
 static PyObject *Engine_pending(Engine *self, PyObject *noargs) {
   (void)noargs;
-  return Py_BuildValue("(KKK)", (unsigned long long)self->batches_done, (unsigned long long)self->bytes_sent,
-                       (unsigned long long)self->bytes_recv);
+  unsigned long long n, sent, got;
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&self->wlock);  /* the engine thread's counters */
+  n = self->batches_done; sent = self->bytes_sent; got = self->bytes_recv;
+  pthread_mutex_unlock(&self->wlock);
+  Py_END_ALLOW_THREADS
+  return Py_BuildValue("(KKK)", n, sent, got);
 }
 
 static void engine_close(Engine *self) {
-  if (self->closed) return;
-  self->closed = 1;
+  if (atomic_exchange(&self->closed, 1)) return;
   if (self->started) {
     atomic_store(&self->aborting, 1);
     /* let cancelled work end and control messages leave, briefly */

@@ -1,0 +1,78 @@
+"""Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
+(tests/test_sanitizers.py): messages, gated steps whose ready words another thread writes, templates
+reposted from another thread (as CUDA's host-function thread does), abort, control messages, close.
+
+    python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
+"""
+import ctypes
+import sys
+import threading
+import time
+
+import numpy as np
+
+import libucx
+
+libucx.load_library()
+sys.path.insert(0, sys.argv[1])
+import _netengine as ne  # noqa: E402
+
+
+def until(pred, seconds=10.0):
+    end = time.monotonic() + seconds
+    while not pred() and time.monotonic() < end:
+        time.sleep(1e-4)
+    return pred()
+
+
+a = ne.Engine(0, 2, {"TLS": "tcp,self"})
+b = ne.Engine(1, 2, {"TLS": "tcp,self"})
+addrs = [a.address(), b.address()]
+a.connect(addrs, [False, True])
+b.connect(addrs, [True, False])
+x = np.arange(1 << 16, dtype=np.float32)
+y = np.zeros_like(x)
+for _ in range(200):  # caller-driven and thread-driven progress interleave
+    r, s = b.recv(0, y), a.send(1, x)
+    assert r.wait(10) and s.wait(10)
+assert np.array_equal(x, y)
+
+words = (ctypes.c_uint32 * 4)()
+w = [ctypes.addressof(words) + 4 * i for i in range(4)]
+for k in range(1, 51):
+    a.staged([(ne.SEND, 1, x.ctypes.data, x.nbytes)], w[0], k, w[1], k, 10.0, "step")
+    b.staged([(ne.RECV, 0, y.ctypes.data, y.nbytes)], w[2], k, w[3], k, 10.0, "step")
+
+    def ready(k=k):
+        words[0] = k
+        words[2] = k
+    t = threading.Thread(target=ready)
+    t.start()
+    t.join()
+    assert until(lambda: words[1] == k and words[3] == k), k
+
+hostfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+done = (ctypes.c_uint32 * 2)()
+ta = a.template([(ne.SEND, 1, x.ctypes.data, x.nbytes)], ctypes.addressof(done), 10.0, "captured")
+tb = b.template([(ne.RECV, 0, y.ctypes.data, y.nbytes)], ctypes.addressof(done) + 4, 10.0, "captured")
+fa, fb = hostfn(ta.hostfn), hostfn(tb.hostfn)
+for i in range(50):
+    t = threading.Thread(target=lambda: (fb(tb.userdata), fa(ta.userdata)))
+    t.start()
+    t.join()
+    assert until(lambda: done[0] == 1 and done[1] == 1), i
+    ta.state(), a.counters(), b.dead()
+assert a.error() is None and b.error() is None
+
+r = b.recv(0, np.zeros(4, np.uint8))
+b.abort(0)
+try:
+    r.wait(5)
+    raise AssertionError("an aborted receive completed")
+except ne.EngineError:
+    pass
+assert a.ctrl_send(1, 2, 0, 1).wait(5)
+until(lambda: bool(b.ctrl_poll()), 2.0)
+a.close()
+b.close()
+print("DRIVE OK", flush=True)
