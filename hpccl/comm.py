@@ -163,14 +163,14 @@ class Communicator:
 
     def _new_net_transport(self) -> Transport:
         """A network transport of its own to every rank (collective): hpccl's native engine when it loads
-        (HPCCL_NET=engine insists), else ucxx (HPCCL_NET=ucx insists), else MPI. Every rank takes the same
+        (HPCCL_NET=engine insists), else ucxx (HPCCL_NET=ucxx insists; ucx: either), else MPI. Every rank takes the same
         path (an agreement over the bootstrap), warning once when the engine is missing."""
         want = config.get("HPCCL_NET")
-        if want not in ("", "engine", "ucx", "mpi"):
-            raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not engine, ucx or mpi")
+        if want not in ("", "ucx", "engine", "ucxx", "mpi"):
+            raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not ucx, engine, ucxx or mpi")
         t: Optional[Transport] = None
         why = ""
-        if self.num_nodes > 1 and want in ("", "engine"):
+        if self.num_nodes > 1 and want in ("", "ucx", "engine"):
             try:
                 from .transport.engine import EngineTransport
             except ImportError as exc:
@@ -186,12 +186,13 @@ class Communicator:
                              "across nodes take the slower ucxx/MPI path", missing, everyone[missing[0]])
             else:
                 t = EngineTransport(self._boot, self.rank, list(self.nodes.node_of))
-        if t is None and self.num_nodes > 1 and want in ("", "ucx"):
+        if t is None and self.num_nodes > 1 and want in ("", "ucx", "ucxx"):
             try:
                 from .transport.ucx import UcxTransport
             except ImportError as exc:
-                if want == "ucx":
-                    raise HpcclUnsupported(f"HPCCL_NET=ucx but the UCX transport cannot load: {exc}") from None
+                if want in ("ucx", "ucxx"):
+                    raise HpcclUnsupported(f"HPCCL_NET={want} but neither the network engine nor the ucxx "
+                                           f"transport can load: {exc}") from None
             else:
                 t = UcxTransport(self._boot, self.rank)
         if t is None:

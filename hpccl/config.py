@@ -59,8 +59,8 @@ _param("HPCCL_TRANSPORT", "", str.lower,
        "Force the host transport between ranks of a node: shm or mpi. Empty: shm within a node, "
        "ucx (if installed) or mpi between nodes.")
 _param("HPCCL_NET", "", str.lower,
-       "Transport between nodes: engine (hpccl's native UCX engine), ucx (through ucxx) or mpi. Empty: the "
-       "engine when it loads, else ucx when ucxx imports, else mpi.")
+       "Transport between nodes: ucx (UCX: hpccl's native engine when it is built, else ucxx), engine (the "
+       "native engine, or an error), ucxx (the ucxx transport) or mpi. Empty: as ucx, else mpi.")
 _param("HPCCL_SHM_SLOT_SIZE", 1 << 20, _size,
        "Bytes per shared-memory slot of a point-to-point channel (the pipelining chunk).")
 _param("HPCCL_SHM_SLOTS", 4, int, "Slots per point-to-point channel (how far a sender runs ahead).")

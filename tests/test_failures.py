@@ -36,7 +36,7 @@ _ENGINE = importlib.util.find_spec("hpccl._netengine") is not None
 _NO_ENGINE = "hpccl's network engine is not built (no UCX headers at install); the other cases still run"
 
 
-@pytest.mark.parametrize("n,net", [(3, "mpi"), (4, "mpi"), pytest.param(4, "ucx", marks=pytest.mark.skipif(
+@pytest.mark.parametrize("n,net", [(3, "mpi"), (4, "mpi"), pytest.param(4, "ucxx", marks=pytest.mark.skipif(
     not _UCX, reason=_NO_UCX)), pytest.param(3, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
     pytest.param(4, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
 def test_network_timeout_names_the_rank_that_never_arrived(n, net):
@@ -57,8 +57,8 @@ def test_network_timeout_names_the_rank_that_never_arrived(n, net):
 
 
 @pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi",
-                                    pytest.param("ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
-                                    pytest.param("hier-ucx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
+                                    pytest.param("ucxx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
+                                    pytest.param("hier-ucxx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
                                     pytest.param("engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
                                     pytest.param("hier-engine", marks=pytest.mark.skipif(not _ENGINE,
                                                                                          reason=_NO_ENGINE))])
@@ -68,7 +68,7 @@ def test_abort_reaches_every_peer_naming_the_failed_rank(layout):
     through hier."""
     env = {"HPCCL_TIMEOUT": "30"}
     net = layout.split("-")[-1]
-    if layout in ("mpi", "ucx", "engine"):
+    if layout in ("mpi", "ucxx", "engine"):
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET=net)
     elif layout.startswith("hier"):
         env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=net)
@@ -122,7 +122,7 @@ def test_rank_that_never_calls_init_gives_timeout_not_hang():
     assert all(row["missing"] == [2] for row in rows), rows
 
 
-@pytest.mark.parametrize("n,layout", [(3, "node"), (4, "node"), pytest.param(3, "ucx-tcp", marks=pytest.mark.skipif(
+@pytest.mark.parametrize("n,layout", [(3, "node"), (4, "node"), pytest.param(3, "ucxx-tcp", marks=pytest.mark.skipif(
     not _UCX, reason=_NO_UCX)), pytest.param(3, "engine-tcp", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
     pytest.param(4, "engine-tcp", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
 def test_dead_rank_is_named_at_once(n, layout, tmp_path):
@@ -149,7 +149,7 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     assert left.strip() == "", left
 
 
-@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi"), pytest.param(4, "hier-ucx", marks=pytest.mark.skipif(
+@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi"), pytest.param(4, "hier-ucxx", marks=pytest.mark.skipif(
     not _UCX, reason=_NO_UCX)), pytest.param(4, "hier-engine", marks=pytest.mark.skipif(not _ENGINE,
                                                                                         reason=_NO_ENGINE)),
     pytest.param(3, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
@@ -160,7 +160,7 @@ def test_shrink_after_a_stopped_rank(n, layout):
     env = {"HPCCL_TIMEOUT": "2"}
     if layout == "mpi":
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
-    elif layout in ("hier-ucx", "hier-engine"):  # 2 nodes x 2 ranks, UCX between; the survivors are 2 + 1
+    elif layout in ("hier-ucxx", "hier-engine"):  # 2 nodes x 2 ranks, UCX between; the survivors are 2 + 1
         env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=layout.split("-")[1])
     elif layout == "engine":  # every rank its own node, the engine between
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="engine")

@@ -59,6 +59,11 @@ class PyHpccl(PythonPackage, CudaPackage):
             depends_on(f"ucx+cuda+gdrcopy cuda_arch={_arch}", when=f"cuda_arch={_arch}")
             depends_on(f"py-ucxx+cuda cuda_arch={_arch}", when=f"cuda_arch={_arch}")
 
+    def setup_build_environment(self, env):
+        # setup.py builds the native network engine (hpccl/_netengine.c) against Spack's UCX
+        if self.spec.satisfies("+ucx"):
+            env.set("UCX_HOME", self.spec["ucx"].prefix)
+
     def setup_run_environment(self, env):
         # Same defaults as the Lmod modulefile in modulefiles/hpccl/ of the source tree.
         env.set("HPCCL_CHECK_ENV", "1")

@@ -1,0 +1,119 @@
+"""Host buffers between separate hosts: hpccl through its native network engine, hpccl through ucxx, and
+the MPI library, side by side in one run (rounds interleaved, every result checked). Run it across
+network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
+
+    python3 bench/net_host.py --hosts 2 [--reps 9] [--json out.json]
+
+Inside (under mpiexec on those hosts) it is started with --ranks. Prints, per collective and size, the
+median time of each and the ratios to MPI."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+COLLS = ("all_reduce", "broadcast", "all_gather")
+
+
+def ranks(args: argparse.Namespace) -> int:
+    from mpi4py import MPI
+    import hpccl
+    world = MPI.COMM_WORLD
+    n = world.size
+    comms = {}
+    for name in ("engine", "ucxx"):
+        os.environ["HPCCL_NET"] = name  # read when the communicator picks its network transport
+        comms[name] = hpccl.Communicator(world.Dup())
+        impl = [getattr(t, "impl", "ucxx") for t in comms[name]._transports]
+        assert comms[name].num_nodes == n and impl == (["engine"] if name == "engine" else ["ucxx"]), impl
+    rows = []
+    for coll in args.colls.split(","):
+        for nbytes in SIZES:
+            count = max(1, nbytes // 4)
+            x = np.full(count, world.rank + 1, np.float32)
+            times = {"engine": [], "ucxx": [], "mpi": []}
+            reps = args.reps if nbytes < (16 << 20) else max(3, args.reps // 3)
+            for _ in range(reps + 1):  # the first round warms up and is dropped
+                for name in ("engine", "ucxx", "mpi"):
+                    if coll == "all_gather":
+                        y = np.empty(count * n, np.float32)
+                    elif coll == "broadcast":
+                        y = x.copy() if world.rank == 0 else np.zeros_like(x)
+                    else:
+                        y = np.empty_like(x)
+                    world.Barrier()
+                    t0 = time.perf_counter()
+                    if name == "mpi":
+                        if coll == "all_reduce":
+                            world.Allreduce(x, y)
+                        elif coll == "broadcast":
+                            world.Bcast(y, root=0)
+                        else:
+                            world.Allgather(x, y)
+                    elif coll == "all_reduce":
+                        comms[name].all_reduce(x, y)
+                    elif coll == "broadcast":
+                        comms[name].broadcast(y, root=0)
+                    else:
+                        comms[name].all_gather(x, y)
+                    dt = time.perf_counter() - t0
+                    if coll == "all_reduce":
+                        ok = np.all(y == np.float32(n * (n + 1) / 2))
+                    elif coll == "broadcast":
+                        ok = np.all(y == 1)
+                    else:
+                        ok = all(np.all(y[r * count:(r + 1) * count] == r + 1) for r in range(n))
+                    if not ok:
+                        raise SystemExit(f"{name} {coll} of {nbytes} B is wrong on rank {world.rank}")
+                    times[name].append(world.allreduce(dt, op=MPI.MAX))
+            med = {k: statistics.median(v[1:]) for k, v in times.items()}
+            rows.append({"coll": coll, "bytes": nbytes, **{f"{k}_s": v for k, v in med.items()}})
+            if world.rank == 0:
+                r = rows[-1]
+                print(f"{coll:>11} {nbytes:>10} engine {r['engine_s'] * 1e6:>9.0f}us  ucxx {r['ucxx_s'] * 1e6:>9.0f}us"
+                      f"  MPI {r['mpi_s'] * 1e6:>9.0f}us  engine/MPI {r['engine_s'] / r['mpi_s']:5.2f}"
+                      f"  ucxx/MPI {r['ucxx_s'] / r['mpi_s']:5.2f}", flush=True)
+    if world.rank == 0 and args.json:
+        Path(args.json).write_text(json.dumps({"ranks": n, "rows": rows}, indent=1))
+    for c in comms.values():
+        c.destroy()
+    return 0
+
+
+def launcher(args: argparse.Namespace) -> int:
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "net")]
+    from nethosts import Hosts, ensure_iproute2, run_on_hosts
+    ensure_iproute2()
+    h = Hosts(args.hosts).create()
+    try:
+        extra = ["--json", args.json] if args.json else []
+        p = run_on_hosts(h, args.hosts, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps),
+                                           "--colls", args.colls] + extra,
+                         env={"MPIR_CVAR_NOLOCAL": "1", "HPCCL_CHECK_ENV": "0"}, timeout=1500)
+        print(p.stdout, flush=True)
+        return p.returncode
+    finally:
+        h.destroy()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--ranks", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--colls", default=",".join(COLLS))
+    ap.add_argument("--json", default="")
+    a = ap.parse_args()
+    return ranks(a) if a.ranks else launcher(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
