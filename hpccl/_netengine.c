@@ -552,9 +552,9 @@ static void *engine_loop(void *arg) {
       e->next_check = t + 0.005;
       timeouts(e, t);
     }
-    if (work) { idle = 0; continue; }
-    idle++;
-    if (atomic_load(&e->driving)) {
+    if (work) {
+      idle = 0;
+    } else if (++idle && atomic_load(&e->driving)) {
       sleep_on(e, 1);  /* a waiting caller drives progress itself: stay out of its way */
       idle = 0;
     } else if (e->nactive == 0) {
@@ -565,11 +565,10 @@ static void *engine_loop(void *arg) {
       sleep_on(e, gated ? 0 : 1);
       idle = 10000;
     }
-    if ((idle & 63) == 63) {
-      pthread_mutex_unlock(&e->wlock);
-      sched_yield();
-      pthread_mutex_lock(&e->wlock);
-    }
+    /* let a waiting caller take the worker between rounds (it then needs no hand-off) */
+    pthread_mutex_unlock(&e->wlock);
+    if ((idle & 63) == 63) sched_yield();
+    pthread_mutex_lock(&e->wlock);
   }
   pthread_mutex_unlock(&e->wlock);
   return NULL;
@@ -617,8 +616,8 @@ static int op_wait_release(Op *o, double seconds) {
       sched_yield();
     }
   }
-  if (atomic_fetch_sub(&e->driving, 1) == 1 && !ended && atomic_load(&e->sleeping)) {
-    uint64_t one = 1;  /* hand progress back to the engine thread at once */
+  if (atomic_fetch_sub(&e->driving, 1) == 1 && !ended && end - now_s() > 0 && atomic_load(&e->sleeping)) {
+    uint64_t one = 1;  /* this caller goes to sleep: hand progress back to the engine thread at once */
     ssize_t w = write(e->wake, &one, sizeof one);
     (void)w;
   }
