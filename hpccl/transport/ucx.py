@@ -118,6 +118,7 @@ class UcxTransport(ControlChannel, Transport):
     """Tagged UCX messages to every other rank of the communicator (built collectively)."""
 
     name = "ucx"
+    impl = "ucxx"
 
     def __init__(self, bootstrap: Any, rank: int) -> None:
         self.rank, self.size = rank, bootstrap.size
