@@ -90,6 +90,7 @@ struct batch {
   uint32_t gid;
   _Atomic uint32_t replays;
   int finished;              /* engine thread: every op ended */
+  int isctrl;                /* a control message: an abort does not cancel it (it may carry the abort) */
 };
 
 typedef struct engine {
@@ -321,7 +322,7 @@ static void activate(Engine *e, batch_t *b) {
     }
     e->fifo[e->ftail++] = b;
   }
-  if (atomic_load(&e->aborting)) {
+  if (atomic_load(&e->aborting) && !b->isctrl) {
     batch_fail(b, E_ABORT, atomic_load(&e->aborted_by), "the communicator was aborted");
     for (int i = 0; i < b->nops; i++) { b->ops[i].posted = 1; op_end(&b->ops[i], UCS_ERR_CANCELED, 0); }
     return;
@@ -430,7 +431,7 @@ static void timeouts(Engine *e, double t) {
 static void abort_all(Engine *e) {
   for (int i = 0; i < e->nactive; i++) {
     batch_t *b = e->active[i];
-    if (b->finished) continue;
+    if (b->finished || b->isctrl) continue;  /* control messages (the abort itself) still go out */
     int by = atomic_load(&e->aborted_by);
     if (by >= 0 && by != e->rank)
       batch_fail(b, E_ABORT, by, "rank %d failed and aborted the communicator", by);
@@ -1077,6 +1078,7 @@ static PyObject *Engine_ctrl_send(Engine *self, PyObject *args) {
   batch_t *b = batch_new(1, BK_OP);
   if (!b) return PyErr_NoMemory();
   b->ctrl[0] = k; b->ctrl[1] = who; b->ctrl[2] = seq;
+  b->isctrl = 1;
   op_t *o = &b->ops[0];
   o->kind = K_SEND; o->peer = peer; o->buf = (char *)b->ctrl; o->len = sizeof b->ctrl;
   o->tag = ((uint64_t)self->rank << RANK_SHIFT) | CTRL_TAG;
