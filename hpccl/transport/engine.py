@@ -25,7 +25,7 @@ from ..ops import ReduceOp
 from .. import memory
 from .base import Request, Transport
 from .control import ControlChannel
-from .ucx_config import _device_problem, _tls, wire_config
+from .ucx_config import _device_problem, _tls, collective_check, wire_config, wire_text
 
 
 def load() -> Any:
@@ -186,17 +186,12 @@ class EngineTransport(ControlChannel, Transport):
         self._wireup()
         log.info("TRANSPORT", "ucx engine: rank %d/%d, UCX_TLS=%s, UCX %s, TCP settings %s, ready in %.3fs",
                  rank, self.size, self.tls, ".".join(map(str, _ne.version()[0])),
-                 " ".join(f"{k}={v}" for k, v in self.wire.items()) or "UCX's/the user's",
+                 wire_text(self.wire),
                  time.perf_counter() - t0)
 
     # ----- set-up ------------------------------------------------------------------------------------
     def _collective_check(self, problem: Optional[str], kind: type) -> None:
-        """Every rank raises if any rank found a problem, so nobody waits for a peer that gave up."""
-        problems = self._boot.allgather(problem)
-        bad = [(r, p) for r, p in enumerate(problems) if p]
-        if bad:
-            self.close()
-            raise kind(f"UCX engine on rank(s) {[r for r, _ in bad]}: {bad[0][1]}")
+        collective_check(self._boot, problem, kind, "UCX engine", self.close)
 
     def _wireup(self) -> None:
         """One byte each way with both ring neighbours, under a deadline: a path that connects but cannot

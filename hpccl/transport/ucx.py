@@ -33,7 +33,7 @@ from ..ops import ReduceOp
 from .base import Request, Transport
 from .control import ControlChannel
 from .ucx_config import (WIRE_TCP, _device_problem, _error_handling, _os_devices, _tls,  # noqa: F401
-                         wire_config)
+                         collective_check, wire_config, wire_text)
 
 
 def _import_ucxx():
@@ -169,18 +169,12 @@ class UcxTransport(ControlChannel, Transport):
         self._post_ctrl_recv()
         log.info("TRANSPORT", "ucx: rank %d/%d, UCX_TLS=%s, error handling %s, TCP settings %s, ready in %.3fs",
                  rank, self.size, self.tls, "on" if self.error_handling else "off",
-                 " ".join(f"{k}={v}" for k, v in self.wire.items()) or "UCX's/the user's",
+                 wire_text(self.wire),
                  time.perf_counter() - t0)
 
     # ----- set-up ------------------------------------------------------------------------------------
     def _collective_check(self, problem: Optional[str], kind: type) -> None:
-        """Every rank raises if any rank found a problem, so nobody waits for a peer that gave up."""
-        problems = self._boot.allgather(problem)
-        bad = [(r, p) for r, p in enumerate(problems) if p]
-        if bad:
-            self.close()
-            ranks = [r for r, _ in bad]
-            raise kind(f"UCX transport on rank(s) {ranks}: {bad[0][1]}")
+        collective_check(self._boot, problem, kind, "UCX transport", self.close)
 
     def _ep(self, peer: int) -> Any:
         """The endpoint to ``peer``, created on first use (a rank talks to few peers in rings and trees)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .. import config, log
 
@@ -81,3 +81,18 @@ def _device_problem(info: str) -> Optional[str]:
     log.warn("TRANSPORT", "UCX_NET_DEVICES names %s, which UCX cannot use here (host has: %s); using %s",
              ", ".join(missing), present, ", ".join(net))
     return None
+
+
+def wire_text(wire: Dict[str, str]) -> str:
+    """The TCP settings a UCX context got, for the transport's INFO line."""
+    return " ".join(f"{k}={v}" for k, v in wire.items()) or "UCX's/the user's"
+
+
+def collective_check(boot: Any, problem: Optional[str], kind: type, what: str, close: Callable[[], None]) -> None:
+    """Every rank raises if any rank found a problem (after ``close``), so nobody waits for a peer that
+    gave up; collective over ``boot``."""
+    problems = boot.allgather(problem)
+    bad = [(r, p) for r, p in enumerate(problems) if p]
+    if bad:
+        close()
+        raise kind(f"{what} on rank(s) {[r for r, _ in bad]}: {bad[0][1]}")
