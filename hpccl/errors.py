@@ -84,5 +84,5 @@ class HpcclRemoteError(HpcclError):
     @classmethod
     def aborted(cls, collective: str, seq: int, rank: int, awaited: List[int],
                 note: str = "") -> "HpcclRemoteError":
-        return cls(f"{collective} #{seq}: rank {rank} failed and aborted the communicator (this rank was "
+        return cls(f"{collective} #{seq}: rank {rank} failed and the communicator was aborted (this rank was "
                    f"waiting on rank(s) {awaited}{note})", rank, collective, seq, awaited)

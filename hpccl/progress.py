@@ -71,7 +71,8 @@ class Waiter:
                                             sorted(set(peers() if callable(peers) else peers)))
         if time.monotonic() - start > self.timeout:
             missing = self.missing(peers, surveyed=bool(self._survey and self._survey()))
-            self._on_fail()
+            # one rank missing is the rank at fault: peers that hear this abort name it, not this rank
+            self._on_fail(missing[0] if len(missing) == 1 else None)
             raise HpcclTimeoutError(self.collective, self.seq, missing, self.timeout)
 
     def missing(self, peers: Peers, surveyed: bool = False) -> List[int]:

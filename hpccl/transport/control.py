@@ -22,7 +22,8 @@ class ControlChannel:
     def _control_init(self) -> None:
         self._seq = 0
         self._aborted_by: Optional[int] = None
-        self._seen: dict = {}  # peer -> the sequence number it answered with in the last survey
+        self._seen: dict = {}  # peer -> the latest sequence number it asked or answered with (they only grow)
+        self._heard: set = set()  # peers that asked or answered since the current survey began
         self._ctrl_sends: list = []  # (request, message) in flight: the message lives until the send is done
 
     # ----- what a transport supplies ------------------------------------------------------------------
@@ -57,10 +58,11 @@ class ControlChannel:
             kind, peer, seq = (int(v) for v in msg)
             if kind == ABORT and self._aborted_by is None:
                 self._aborted_by = peer
-            elif kind == QUERY:
-                self._post(peer, ANSWER)
-            elif kind == ANSWER:
-                self._seen[peer] = seq
+            elif kind in (QUERY, ANSWER):  # a peer that asks is alive and waiting in its call too
+                if kind == QUERY:
+                    self._post(peer, ANSWER)
+                self._seen[peer] = max(seq, self._seen.get(peer, seq))
+                self._heard.add(peer)
         self._ctrl_sends = [(r, m) for r, m in self._ctrl_sends if not self._ctrl_done(r)]
 
     def announce(self, seq: int) -> None:
@@ -75,16 +77,17 @@ class ControlChannel:
 
     def survey(self, peers: List[int], seconds: float) -> None:
         """Ask these peers which collective they are in (ranks blocked in an hpccl wait answer while they
-        poll); arrived() then reports their answers. A peer that does not answer within ``seconds``
-        (stopped, dead, or busy outside hpccl) stays unknown, which the waiter counts as not arrived."""
+        poll); arrived() then reports the latest call each peer answered or asked from (a peer that timed out
+        first and asked us has arrived even if it has left by now). A peer never heard from (stopped, dead,
+        or busy outside hpccl) stays unknown, which the waiter counts as not arrived."""
         if not self._ctrl_live():
             return
-        self._seen = {}
         peers = [p for p in peers if p != self.rank]
+        self._heard = set()
         for p in peers:
             self._post(p, QUERY)
         end = time.monotonic() + seconds
-        while time.monotonic() < end and any(p not in self._seen for p in peers):
+        while time.monotonic() < end and any(p not in self._heard for p in peers):
             self._poll()
             time.sleep(1e-3)
 

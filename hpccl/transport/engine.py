@@ -251,7 +251,7 @@ class EngineTransport(ControlChannel, Transport):
                 self._poll()
                 time.sleep(1e-3)
             if self._aborted_by is not None and self._aborted_by != peer and self._aborted_by != self.rank:
-                return HpcclRemoteError(f"rank {self._aborted_by} failed and aborted the communicator "
+                return HpcclRemoteError(f"rank {self._aborted_by} failed and the communicator was aborted "
                                         f"(then: {args[2]})", rank=self._aborted_by)
             if code == _ne.E_PEER:
                 return HpcclRemoteError(f"UCX transfer with rank {peer} failed: {args[2]} (rank {peer} may "

@@ -279,7 +279,7 @@ class UcxTransport(ControlChannel, Transport):
             while self._aborted_by is None and time.monotonic() < end:
                 self._poll()
             if self._aborted_by is not None and self._aborted_by != peer:
-                return HpcclRemoteError(f"rank {self._aborted_by} failed and aborted the communicator "
+                return HpcclRemoteError(f"rank {self._aborted_by} failed and the communicator was aborted "
                                         f"(rank {peer} then left: {type(exc).__name__})", rank=self._aborted_by)
             return HpcclRemoteError(text + f" (rank {peer} may have died)", rank=peer)
         return HpcclSystemError(text)
