@@ -2,7 +2,8 @@
 UCX headers, the install still succeeds and hpccl-info says which slower path is in use):
 
 * hpccl/_hotpath.c: small host collectives within a node;
-* hpccl/_netengine.c: the network engine (UCX's UCP driven by a thread that never takes the GIL), built
+* hpccl/_netengine.c: the network engine (UCX's UCP driven by a thread that never takes the GIL) and, in
+  the same unit, hpccl/_nethot.c (small host collectives across nodes in C); built
   against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's ucx, the libucx wheel
   (a build requirement on Linux, so a plain ``pip install`` has it)."""
 import os
@@ -40,11 +41,11 @@ def _ucx():
     return None
 
 
-exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], extra_compile_args=["-O3", "-std=c11"], optional=True)]
+exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], depends=["hpccl/_reduce.h"], extra_compile_args=["-O3", "-std=c11"], optional=True)]
 ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx
-    exts.append(Extension("hpccl._netengine", ["hpccl/_netengine.c"],
+    exts.append(Extension("hpccl._netengine", ["hpccl/_netengine.c"], depends=["hpccl/_nethot.c", "hpccl/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
                           library_dirs=[lib], libraries=["ucp", "ucs"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))

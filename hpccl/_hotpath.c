@@ -22,13 +22,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "_reduce.h"
+
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
 #define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
-enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
-enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
 enum { S_IDLE, S_PRE, S_WAIT };
 
 typedef struct {
@@ -66,24 +66,6 @@ static inline void relax(void) {
 #endif
 }
 
-/* dtype code of a buffer's format, or -1 (bfloat16, float16, bool, ... go through Python) */
-static int dtype_of(const Py_buffer *b) {
-  const char *f = b->format ? b->format : "B";
-  if (*f == '@' || *f == '=' || *f == '<') f++;
-  if (f[0] == 0 || f[1] != 0) return -1;
-  switch (f[0]) {
-    case 'b': return b->itemsize == 1 ? T_I8 : -1;
-    case 'B': return b->itemsize == 1 ? T_U8 : -1;
-    case 'i': case 'l': case 'q':
-      return b->itemsize == 4 ? T_I32 : b->itemsize == 8 ? T_I64 : -1;
-    case 'I': case 'L': case 'Q':
-      return b->itemsize == 4 ? T_U32 : b->itemsize == 8 ? T_U64 : -1;
-    case 'f': return b->itemsize == 4 ? T_F32 : -1;
-    case 'd': return b->itemsize == 8 ? T_F64 : -1;
-    default: return -1;
-  }
-}
-
 static void release(Hot *h) {
   if (h->have_send) PyBuffer_Release(&h->send);
   if (h->have_recv) PyBuffer_Release(&h->recv);
@@ -92,53 +74,6 @@ static void release(Hot *h) {
 }
 
 static inline char *slot_of(Hot *h, int r, int64_t f) { return h->slot[r] + (f & 1) * h->cap; }
-
-/* ---- reductions: d = s[0] op s[1] op ... in rank order; integers wrap like numpy's ---- */
-#define RED_T(T, EXPR)                                                              \
-  {                                                                                 \
-    T *d = (T *)dst;                                                                \
-    for (int r = 1; r < n; r++) {                                                   \
-      const T *s = (const T *)src[r];                                               \
-      for (Py_ssize_t i = 0; i < cnt; i++) { T a = d[i], b = s[i]; d[i] = (EXPR); } \
-    }                                                                               \
-  }
-#define RED_OPS(T, TU)                                                           \
-  switch (op) {                                                                  \
-    case OP_SUM: case OP_AVG: RED_T(TU, (TU)(a + b)) break;                      \
-    case OP_PROD: RED_T(TU, (TU)(a * b)) break;                                  \
-    case OP_MIN: RED_T(T, a < b ? a : b) break;                                  \
-    case OP_MAX: RED_T(T, a > b ? a : b) break;                                  \
-  }
-#define RED_FLOAT(T)                                                                   \
-  switch (op) {                                                                        \
-    case OP_SUM: case OP_AVG: RED_T(T, a + b) break;                                   \
-    case OP_PROD: RED_T(T, a * b) break;                                               \
-    case OP_MIN: RED_T(T, (a < b || a != a) ? a : b) break; /* NaN wins, as numpy */   \
-    case OP_MAX: RED_T(T, (a > b || a != a) ? a : b) break;                            \
-  }
-
-static void reduce_block(char *dst, char *const *src, int n, Py_ssize_t cnt, int dt, int op) {
-  switch (dt) {
-    case T_I8: RED_OPS(int8_t, uint8_t) break;
-    case T_U8: RED_OPS(uint8_t, uint8_t) break;
-    case T_I32: RED_OPS(int32_t, uint32_t) break;
-    case T_U32: RED_OPS(uint32_t, uint32_t) break;
-    case T_I64: RED_OPS(int64_t, uint64_t) break;
-    case T_U64: RED_OPS(uint64_t, uint64_t) break;
-    case T_F32: RED_FLOAT(float) break;
-    case T_F64: RED_FLOAT(double) break;
-  }
-}
-
-static void avg_scale(char *buf, Py_ssize_t cnt, int dt, int n) {
-  if (dt == T_F32) {
-    float *d = (float *)buf, k = (float)n;
-    for (Py_ssize_t i = 0; i < cnt; i++) d[i] = d[i] / k;
-  } else if (dt == T_F64) {
-    double *d = (double *)buf, k = (double)n;
-    for (Py_ssize_t i = 0; i < cnt; i++) d[i] = d[i] / k;
-  }
-}
 
 /* out[0:nbytes] = reduction over every rank of bytes [off, off + nbytes) of its slot */
 static void reduce_slots(Hot *h, char *out, Py_ssize_t off, Py_ssize_t nbytes) {

@@ -139,6 +139,7 @@ typedef struct engine {
   atomic_int aborted_by;
   atomic_int closed;
   uint64_t batches_done, bytes_sent, bytes_recv;
+  long long seq;             /* the communicator's current call (control answers carry it); GIL-guarded */
 } Engine;
 
 static PyObject *HpErr;  /* _netengine.EngineError: (code, peer, message) */
@@ -175,19 +176,23 @@ static void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) {
   va_end(ap);
 }
 
-static void submit(Engine *e, batch_t *b, int take_ref) {
+/* queue a batch for the engine; ``wake``: rouse a sleeping engine thread (not needed when the caller is
+   about to drive progress itself, as batch_wait does, which hands back to the thread before it sleeps) */
+static void submit_to(Engine *e, batch_t *b, int take_ref, int wake) {
   if (take_ref) atomic_fetch_add(&b->refs, 1);
   b->qnext = NULL;
   pthread_mutex_lock(&e->qlock);
   if (e->qtail) e->qtail->qnext = b; else e->qhead = b;
   e->qtail = b;
   pthread_mutex_unlock(&e->qlock);
-  if (atomic_load(&e->sleeping)) {
+  if (wake && atomic_load(&e->sleeping)) {
     uint64_t one = 1;
     ssize_t w = write(e->wake, &one, sizeof one);
     (void)w;
   }
 }
+
+static void submit(Engine *e, batch_t *b, int take_ref) { submit_to(e, b, take_ref, 1); }
 
 /* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
 static void op_end(op_t *o, ucs_status_t st, size_t got) {
@@ -509,16 +514,18 @@ static int has_gated(Engine *e) {
   return 0;
 }
 
-/* sleep until a socket event, a submission or ``timeout_ms``; called with wlock held, returns with it held */
-static void sleep_on(Engine *e, int timeout_ms) {
-  struct pollfd fds[2] = {{e->wake, POLLIN, 0}, {e->efd, POLLIN, 0}};
+/* sleep until a socket event (with ``events``), a submission or ``timeout_ms``; called with wlock held,
+   returns with it held */
+static void sleep_for(Engine *e, int timeout_ms, int events) {
+  int efd = events ? e->efd : -1;
+  struct pollfd fds[2] = {{e->wake, POLLIN, 0}, {efd, POLLIN, 0}};
   atomic_store(&e->sleeping, 1);
   pthread_mutex_lock(&e->qlock);
   int queued = e->qhead != NULL;
   pthread_mutex_unlock(&e->qlock);
-  if (!queued && !atomic_load(&e->stop) && (e->efd < 0 || ucp_worker_arm(e->worker) == UCS_OK)) {
+  if (!queued && !atomic_load(&e->stop) && (efd < 0 || ucp_worker_arm(e->worker) == UCS_OK)) {
     pthread_mutex_unlock(&e->wlock);
-    int r = poll(fds, e->efd >= 0 ? 2 : 1, timeout_ms);
+    int r = poll(fds, efd >= 0 ? 2 : 1, timeout_ms);
     if (r > 0 && (fds[0].revents & POLLIN)) {
       uint64_t v;
       ssize_t rd = read(e->wake, &v, sizeof v);
@@ -528,6 +535,8 @@ static void sleep_on(Engine *e, int timeout_ms) {
   }
   atomic_store(&e->sleeping, 0);
 }
+
+static void sleep_on(Engine *e, int timeout_ms) { sleep_for(e, timeout_ms, 1); }
 
 /* one round of the engine's work; the caller holds wlock (the engine thread, or a waiting caller) */
 static int engine_step(Engine *e) {
@@ -556,7 +565,9 @@ static void *engine_loop(void *arg) {
     if (work) {
       idle = 0;
     } else if (++idle && atomic_load(&e->driving)) {
-      sleep_on(e, 1);  /* a waiting caller drives progress itself: stay out of its way */
+      /* a waiting caller drives progress itself: stay out of its way, even when data arrives (it wakes
+         this thread when it stops driving with work left) */
+      sleep_for(e, 1, 0);
       idle = 0;
     } else if (e->nactive == 0) {
       if (idle > 4000) { sleep_on(e, 50); idle = 0; }  /* idle: sleep until a message or a submission */
@@ -592,13 +603,11 @@ static PyObject *raise_batch(batch_t *b) {
   return NULL;
 }
 
-static int op_wait_release(Op *o, double seconds) {
+static int batch_wait(Engine *e, batch_t *b, double seconds) {
   /* wait (without the GIL) until the batch has ended or ``seconds`` pass; 1 if ended */
-  batch_t *b = o->b;
   int st = atomic_load_explicit(&b->state, memory_order_acquire);
   if (st >= B_DONE) return 1;
   if (seconds <= 0) return 0;
-  Engine *e = o->eng;
   int ended = 0;
   Py_BEGIN_ALLOW_THREADS
   double end = now_s() + seconds;
@@ -643,6 +652,8 @@ static int op_wait_release(Op *o, double seconds) {
   Py_END_ALLOW_THREADS
   return ended;
 }
+
+static int op_wait_release(Op *o, double seconds) { return batch_wait(o->eng, o->b, seconds); }
 
 static PyObject *Op_test(Op *self, PyObject *noargs) {
   (void)noargs;
@@ -1240,7 +1251,23 @@ static PyMethodDef Engine_methods[] = {
   {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop the thread, close endpoints and the worker."},
   {NULL, NULL, 0, NULL}};
 
-static PyGetSetDef Engine_getset[] = {{"rank", (getter)Engine_rank, NULL, "rank", NULL}, {NULL, NULL, NULL, NULL, NULL}};
+static PyObject *Engine_get_seq(Engine *self, void *c) { (void)c; return PyLong_FromLongLong(self->seq); }
+static int Engine_set_seq(Engine *self, PyObject *v, void *c) {
+  (void)c;
+  long long s = v ? PyLong_AsLongLong(v) : -1;
+  if (s == -1 && (!v || PyErr_Occurred())) {
+    if (!v) PyErr_SetString(PyExc_TypeError, "seq cannot be deleted");
+    return -1;
+  }
+  self->seq = s;
+  return 0;
+}
+
+static PyGetSetDef Engine_getset[] = {
+  {"rank", (getter)Engine_rank, NULL, "rank", NULL},
+  {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "
+   "Python's calls and by NetHot's)", NULL},
+  {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject EngineType = {
   PyVarObject_HEAD_INIT(NULL, 0)
@@ -1254,6 +1281,9 @@ static PyTypeObject EngineType = {
   .tp_new = PyType_GenericNew,
   .tp_dealloc = (destructor)Engine_dealloc,
 };
+
+/* ----- Python: NetHot (small host collectives across nodes, in C) ------------------------------------ */
+#include "_nethot.c"
 
 static PyObject *mod_version(PyObject *m, PyObject *noargs) {
   (void)m; (void)noargs;
@@ -1271,13 +1301,17 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",
                                     mod_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__netengine(void) {
-  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0) return NULL;
+  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0 ||
+      PyType_Ready(&NetHotType) < 0)
+    return NULL;
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return NULL;
   HpErr = PyErr_NewException("hpccl._netengine.EngineError", PyExc_RuntimeError, NULL);
   Py_INCREF(&EngineType);
   PyModule_AddObject(m, "Engine", (PyObject *)&EngineType);
   PyModule_AddObject(m, "EngineError", HpErr);
+  Py_INCREF(&NetHotType);
+  PyModule_AddObject(m, "NetHot", (PyObject *)&NetHotType);
   PyModule_AddIntConstant(m, "SEND", K_SEND);
   PyModule_AddIntConstant(m, "RECV", K_RECV);
   PyModule_AddIntConstant(m, "E_PEER", E_PEER);

@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import os
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -133,12 +133,16 @@ class Communicator:
         self.layout = Layout(self.num_nodes, self.local_size, len(sizes) == 1, window is not None,
                              self._prim.single_copy)
         self._tuner = Tuner(self._path, self.size, self.local_size, self.num_nodes)
-        self._hot: Any = None  # the compiled hot path (hpccl/hotpath.py) over the node's segments
+        self._hot: Any = None  # the compiled hot path (hpccl/hotpath.py): the node's segments, or the network
+        self._hot_serves: tuple = ()  # collectives it can serve
         self._hot_colls: frozenset = frozenset()  # collectives it serves (not those HPCCL_ALGO forces elsewhere)
         self._front: Dict[str, Any] = {}  # the same, taken before Python validation (plain numpy arrays)
         if shm is not None and self.num_nodes == 1:
             self._hot = hotpath.attach(shm, self.rank, spin)
+        elif net is not None and self.local_size == 1 and self.num_nodes == self.size:
+            self._hot = hotpath.attach_net(net, spin)
         if self._hot is not None:
+            self._hot_serves = hotpath.collectives(self._hot)
             hot = self._hot  # its calls are counted in C, front door and validated path alike
             self._rec.stats.external.append(
                 lambda: [(c, HOST, "hot", n, b, t) for c, n, b, t in hotpath.counts(hot, self.size)])
@@ -429,7 +433,7 @@ class Communicator:
     def algorithms(self, coll: str, kind: str = HOST) -> List[str]:
         """The algorithms this communicator can run for ``coll`` on ``kind`` memory ('host' or 'cuda')."""
         names = self._modelled(coll, kind)
-        if self._hot is not None and kind == HOST and coll in hotpath.COLLECTIVES:
+        if self._hot is not None and kind == HOST and coll in self._hot_serves:
             return names + ["hot"]  # the compiled path (up to HPCCL_HOT_SIZE bytes per rank)
         return names
 
@@ -584,7 +588,7 @@ class Communicator:
         if self._hot is None or self._aborted or self._destroyed:
             return
         ov = self._tuner.override
-        self._hot_colls = frozenset(c for c in hotpath.COLLECTIVES if (ov.get(c) or ov.get("*")) in (None, "hot"))
+        self._hot_colls = frozenset(c for c in self._hot_serves if (ov.get(c) or ov.get("*")) in (None, "hot"))
         self._front = ({} if self._check_calls or self._rec.dump_dir or self._rec.trace is not None
                        else {c: self._hot for c in self._hot_colls})
 
@@ -596,7 +600,11 @@ class Communicator:
         if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
                 or (out_required and type(recvbuf) is not np.ndarray)):
             return False
-        rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
+        try:
+            rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
+        except HpcclError as exc:  # the path across nodes: a round failed before it returned
+            self._seq += 1
+            self._hot_failed(exc, coll)
         if rc < 0:
             return False
         self._hot_done(rc, coll)
@@ -612,10 +620,14 @@ class Communicator:
         try:
             self._waiter.wait(self._hot.resume, self._hot.waiting)
         except HpcclError as exc:
-            self._hot.cancel()
-            exc = self._named(exc, coll)
-            self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
-            raise exc from None
+            self._hot_failed(exc, coll)
+
+    def _hot_failed(self, exc: HpcclError, coll: str) -> NoReturn:
+        """A front-door call failed: drop it, name it and abort, as _run does for the validated path."""
+        self._hot.cancel()
+        exc = self._named(exc, coll)
+        self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+        raise exc from None
 
     def _hot_run(self, call: "Call") -> bool:
         """Run a validated host call on the hot path; False when it declines (a dtype or size it does not

@@ -76,6 +76,10 @@ _param("HPCCL_HOT_SIZE", 1 << 20, _size,
 _param("HPCCL_HOT_REDUCE_SIZE", 256 << 10, _size,
        "The hot path's limit for all_reduce (every rank reads and reduces every rank's data, so the Python "
        "algorithms' schedules win above it); at most HPCCL_HOT_SIZE.")
+_param("HPCCL_NET_HOT_SIZE", 256 << 10, _size,
+       "Bytes per rank up to which all_reduce, reduce, broadcast, all_gather (and barrier) on host buffers "
+       "take the compiled path across nodes (hpccl/_nethot.c: the whole schedule in one C call over the "
+       "network engine) when every rank is its own node; 0 turns it off.")
 _param("HPCCL_COMPILED_LAUNCH", 1, int,
        "1: repeated GPU calls make their driver calls (capture check, launch, event record) in one C call "
        "of the hot-path extension (when it is built) instead of three ctypes calls; 0: through ctypes.")

@@ -1,7 +1,8 @@
-"""The compiled hot path (hpccl/_hotpath.c) for small host collectives among the ranks of one node.
+"""The compiled hot paths for small host collectives: hpccl/_hotpath.c among the ranks of one node, and
+hpccl/_nethot.c (in the network engine's extension) across nodes when every rank is its own node.
 
-Built by `pip install` with the package; where it was not built (no C compiler) hpccl runs the same calls
-in Python, slower, and `hpccl-info` says so. ``available()`` tells which one this process uses."""
+Built by `pip install` with the package; where one was not built (no C compiler, no UCX headers) hpccl runs
+the same calls in Python, slower, and `hpccl-info` says so. ``available()`` tells about the node's."""
 from __future__ import annotations
 
 from typing import Any, List, Optional
@@ -20,7 +21,9 @@ OPCODE = {SUM: 0, PROD: 1, MIN: 2, MAX: 3, AVG: 4, "sum": 0, "prod": 1, "min": 2
 #: collectives the hot path serves (one node; up to HPCCL_HOT_SIZE bytes per rank, HPCCL_HOT_REDUCE_SIZE for
 #: all_reduce)
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "reduce", "all_to_all", "barrier")
-#: the order of Hot.counts() (the C kinds)
+#: collectives the path across nodes serves (up to HPCCL_NET_HOT_SIZE bytes per rank)
+NET_COLLECTIVES = ("all_reduce", "all_gather", "broadcast", "reduce", "barrier")
+#: the order of Hot.counts() and NetHot.counts() (the C kinds)
 KINDS = ("all_reduce", "all_gather", "broadcast", "reduce_scatter", "barrier", "reduce", "all_to_all")
 
 
@@ -44,3 +47,18 @@ def attach(shm: Any, rank: int, spin: int) -> Optional[Any]:
         return None
     reduce_cap = min(cap, max(0, config.get("HPCCL_HOT_REDUCE_SIZE")))
     return _hotpath.Hot(bases, arrived_off, hot_ctr_off, slot_off, cap, reduce_cap, rank, spin)
+
+
+def attach_net(transport: Any, spin: int) -> Optional[Any]:
+    """The path across nodes over this network transport when it is the native engine (a NetHot), or None
+    (another transport, or HPCCL_NET_HOT_SIZE is 0). Its failures raise the transport's HpcclErrors."""
+    cap = config.get("HPCCL_NET_HOT_SIZE")
+    if cap <= 0 or getattr(transport, "impl", "") != "engine":
+        return None
+    from .transport.engine import net_hot
+    return net_hot(transport, cap, spin)
+
+
+def collectives(hot: Any) -> tuple:
+    """The collectives a hot-path object serves."""
+    return NET_COLLECTIVES if type(hot).__name__ == "NetHot" else COLLECTIVES

@@ -130,6 +130,11 @@ def _bytes(buf: np.ndarray) -> np.ndarray:
     return buf.view(np.uint8) if buf.dtype.itemsize != 1 or buf.dtype.kind not in "ui" else buf
 
 
+def net_hot(t: "EngineTransport", cap: int, spin: int) -> Any:
+    """hpccl/_nethot.c over this transport's engine: small host collectives across nodes in one C call."""
+    return _ne.NetHot(t.eng, cap, cap, spin, lambda code, peer, msg: t._failed(peer, (code, peer, msg)))
+
+
 class EngineTransport(ControlChannel, Transport):
     """Tagged messages to every other rank of the communicator through the native engine (collective)."""
 
@@ -257,6 +262,15 @@ class EngineTransport(ControlChannel, Transport):
                 return HpcclRemoteError(f"UCX transfer with rank {peer} failed: {args[2]} (rank {peer} may "
                                         "have died)", rank=args[1] if args[1] >= 0 else peer)
         return engine_error(args)
+
+    @property
+    def _seq(self) -> int:  # kept in the engine, where the compiled path across nodes sets it too
+        return self.eng.seq if self.eng is not None else 0
+
+    @_seq.setter
+    def _seq(self, seq: int) -> None:
+        if self.eng is not None:
+            self.eng.seq = seq
 
     def dead_peer(self) -> Optional[Tuple[int, str]]:
         return None if self.eng is None or self._closed else self.eng.dead()
