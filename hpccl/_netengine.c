@@ -257,6 +257,7 @@ static void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st) {
 /* ----- engine thread --------------------------------------------------------------------------------- */
 static void post_op(Engine *e, op_t *o) {
   ucp_request_param_t prm;
+  ucp_tag_recv_info_t info = {0, 0};
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   prm.user_data = o;
@@ -273,10 +274,12 @@ static void post_op(Engine *e, op_t *o) {
     e->bytes_sent += o->len;
   } else {
     prm.cb.recv = recv_cb;
+    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    prm.recv_info.tag_info = &info;  /* a message already here completes at once: its length is read here */
     r = ucp_tag_recv_nbx(e->worker, o->buf, o->len, o->tag, ~0ULL, &prm);
   }
   if (r == NULL) {
-    op_end(o, UCS_OK, o->len);
+    op_end(o, UCS_OK, o->kind == K_RECV ? info.length : o->len);
   } else if (UCS_PTR_IS_ERR(r)) {
     op_end(o, UCS_PTR_STATUS(r), 0);
   } else {

@@ -179,8 +179,17 @@ static int nh_post(NetHot *h) {
   return 0;
 }
 
+static const char *const NH_NAMES[NK_KINDS] = {"all_reduce", "all_gather", "broadcast", "reduce_scatter",
+                                                "barrier", "reduce", "all_to_all"};
+
 static int nh_fail(NetHot *h, batch_t *b) {
-  PyObject *exc = PyObject_CallFunction(h->on_error, "iis", b->ecode, b->epeer, b->err);
+  /* a lost or aborting peer is named with the call by the communicator; other failures name it here */
+  char msg[400];
+  if (b->ecode == E_PEER || b->ecode == E_ABORT)
+    snprintf(msg, sizeof msg, "%s", b->err);
+  else
+    snprintf(msg, sizeof msg, "%s #%lld: %s", NH_NAMES[h->kind], h->eng->seq, b->err);
+  PyObject *exc = PyObject_CallFunction(h->on_error, "iis", b->ecode, b->epeer, msg);
   if (exc) {
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
     Py_DECREF(exc);

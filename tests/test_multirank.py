@@ -16,7 +16,10 @@ CASES = [
     # hier observed (issue 20) rides along in the one 2-node x 2 run: no mpiexec launch of its own
     (4, "tests/mpi/mpi_collectives.py tests/mpi/mpi_hier_observe.py", {"HPCCL_NODE_ID": "split:2"},
      "collectives-2nodes-x2"),
-    (3, "tests/mpi/mpi_collectives.py", {"HPCCL_NODE_ID": "split:1"}, "collectives-3nodes-x1"),
+    (3, "tests/mpi/mpi_collectives.py tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"},
+     "collectives-3nodes-x1"),
+    (2, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-2nodes-x1"),
+    (4, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-4nodes-x1"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_CHECK": "1"}, "collectives-checked-3"),  # no false alarm
     *[(n, "tests/mpi/mpi_errors.py", {}, f"errors-{n}") for n in (1, 2, 3, 4)],

@@ -47,9 +47,14 @@ def algorithms(comm: hpccl.Communicator, coll: str) -> List[str]:
     """Every algorithm this communicator can run for coll, checked against the table itself."""
     names = comm.algorithms(coll)
     assert set(names) - {"hier", "hot"} <= set(ALGORITHMS[coll])
-    # the compiled hot path serves one node's shared memory wherever it was built (always in CI)
-    assert ("hot" in names) == (coll in hotpath.COLLECTIVES and comm.num_nodes == 1 and comm.local_size > 1
-                                and not comm._force_mpi and config.get("HPCCL_HOT_SIZE") > 0), names
+    # the compiled hot path serves one node's shared memory wherever it was built (always in CI), and calls
+    # across nodes when every rank is its own node and the native engine is the network (always in CI)
+    node_hot = (coll in hotpath.COLLECTIVES and comm.num_nodes == 1 and comm.local_size > 1
+                and not comm._force_mpi and config.get("HPCCL_HOT_SIZE") > 0)
+    net_hot = (coll in hotpath.NET_COLLECTIVES and comm.num_nodes == comm.size > 1
+               and [getattr(t, "impl", "") for t in comm._transports] == ["engine"]
+               and config.get("HPCCL_NET_HOT_SIZE") > 0)
+    assert ("hot" in names) == (node_hot or net_hot), names
     assert ("hier" in names) == (comm.num_nodes > 1 and hier.supports(comm, coll))
     return names
 
