@@ -1,11 +1,12 @@
-"""Host buffers between separate hosts: hpccl through its native network engine, hpccl through ucxx, and
-the MPI library, side by side in one run (rounds interleaved, every result checked). Run it across
-network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
+"""Host buffers between separate hosts: hpccl through its native network engine (with and without its
+compiled path for small calls), hpccl through ucxx, and the MPI library, side by side in one run (rounds
+interleaved, every result checked). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
 
-    python3 bench/net_host.py --hosts 2 [--reps 9] [--json out.json]
+    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--json out.json]
 
-Inside (under mpiexec on those hosts) it is started with --ranks. Prints, per collective and size, the
-median time of each and the ratios to MPI."""
+Inside (under mpiexec on those hosts) it is started with --ranks. Each round times --iters calls back to
+back below 1 MiB (one call from 1 MiB), after a barrier, and takes the slowest rank's time per call. Prints,
+per collective and size, the median over rounds of each and the ratios to MPI."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 COLLS = ("all_reduce", "broadcast", "all_gather")
+#: hpccl's network paths: the engine with its compiled path for small calls (hpccl/_nethot.c, the default),
+#: the engine with Python's schedules only (HPCCL_NET_HOT_SIZE=0), and the ucxx transport
+NAMES = ("engine", "engine-py", "ucxx")
+
+
+def _call(comms: dict, world, name: str, coll: str, x: np.ndarray, y: np.ndarray) -> None:
+    if name == "mpi":
+        if coll == "all_reduce":
+            world.Allreduce(x, y)
+        elif coll == "broadcast":
+            world.Bcast(y, root=0)
+        else:
+            world.Allgather(x, y)
+    elif coll == "all_reduce":
+        comms[name].all_reduce(x, y)
+    elif coll == "broadcast":
+        comms[name].broadcast(y, root=0)
+    else:
+        comms[name].all_gather(x, y)
 
 
 def ranks(args: argparse.Namespace) -> int:
@@ -29,20 +49,23 @@ def ranks(args: argparse.Namespace) -> int:
     world = MPI.COMM_WORLD
     n = world.size
     comms = {}
-    for name in ("engine", "ucxx"):
-        os.environ["HPCCL_NET"] = name  # read when the communicator picks its network transport
+    for name in NAMES:
+        os.environ["HPCCL_NET"] = name.split("-")[0]  # read when the communicator picks its network transport
+        os.environ["HPCCL_NET_HOT_SIZE"] = "0" if name == "engine-py" else str(256 << 10)  # and its compiled path
         comms[name] = hpccl.Communicator(world.Dup())
         impl = [getattr(t, "impl", "ucxx") for t in comms[name]._transports]
-        assert comms[name].num_nodes == n and impl == (["engine"] if name == "engine" else ["ucxx"]), impl
+        assert comms[name].num_nodes == n and impl == (["ucxx"] if name == "ucxx" else ["engine"]), impl
+        assert (type(comms[name]._hot).__name__ == "NetHot") == (name == "engine"), name
     rows = []
     for coll in args.colls.split(","):
         for nbytes in SIZES:
             count = max(1, nbytes // 4)
             x = np.full(count, world.rank + 1, np.float32)
-            times = {"engine": [], "ucxx": [], "mpi": []}
+            times = {k: [] for k in NAMES + ("mpi",)}
             reps = args.reps if nbytes < (16 << 20) else max(3, args.reps // 3)
+            iters = args.iters if nbytes < (1 << 20) else 1  # back to back: the barrier's skew amortised
             for _ in range(reps + 1):  # the first round warms up and is dropped
-                for name in ("engine", "ucxx", "mpi"):
+                for name in NAMES + ("mpi",):
                     if coll == "all_gather":
                         y = np.empty(count * n, np.float32)
                     elif coll == "broadcast":
@@ -51,20 +74,9 @@ def ranks(args: argparse.Namespace) -> int:
                         y = np.empty_like(x)
                     world.Barrier()
                     t0 = time.perf_counter()
-                    if name == "mpi":
-                        if coll == "all_reduce":
-                            world.Allreduce(x, y)
-                        elif coll == "broadcast":
-                            world.Bcast(y, root=0)
-                        else:
-                            world.Allgather(x, y)
-                    elif coll == "all_reduce":
-                        comms[name].all_reduce(x, y)
-                    elif coll == "broadcast":
-                        comms[name].broadcast(y, root=0)
-                    else:
-                        comms[name].all_gather(x, y)
-                    dt = time.perf_counter() - t0
+                    for _ in range(iters):
+                        _call(comms, world, name, coll, x, y)
+                    dt = (time.perf_counter() - t0) / iters
                     if coll == "all_reduce":
                         ok = np.all(y == np.float32(n * (n + 1) / 2))
                     elif coll == "broadcast":
@@ -78,9 +90,9 @@ def ranks(args: argparse.Namespace) -> int:
             rows.append({"coll": coll, "bytes": nbytes, **{f"{k}_s": v for k, v in med.items()}})
             if world.rank == 0:
                 r = rows[-1]
-                print(f"{coll:>11} {nbytes:>10} engine {r['engine_s'] * 1e6:>9.0f}us  ucxx {r['ucxx_s'] * 1e6:>9.0f}us"
-                      f"  MPI {r['mpi_s'] * 1e6:>9.0f}us  engine/MPI {r['engine_s'] / r['mpi_s']:5.2f}"
-                      f"  ucxx/MPI {r['ucxx_s'] / r['mpi_s']:5.2f}", flush=True)
+                print(f"{coll:>11} {nbytes:>10}" + "".join(f"  {k} {r[k + '_s'] * 1e6:>7.0f}us" for k in NAMES)
+                      + f"  MPI {r['mpi_s'] * 1e6:>7.0f}us" + "".join(f"  {k}/MPI {r[k + '_s'] / r['mpi_s']:5.2f}"
+                                                                   for k in NAMES), flush=True)
     if world.rank == 0 and args.json:
         Path(args.json).write_text(json.dumps({"ranks": n, "rows": rows}, indent=1))
     for c in comms.values():
@@ -96,6 +108,7 @@ def launcher(args: argparse.Namespace) -> int:
     try:
         extra = ["--json", args.json] if args.json else []
         p = run_on_hosts(h, args.hosts, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps),
+                                           "--iters", str(args.iters),
                                            "--colls", args.colls] + extra,
                          env={"MPIR_CVAR_NOLOCAL": "1", "HPCCL_CHECK_ENV": "0"}, timeout=1500)
         print(p.stdout, flush=True)
@@ -109,6 +122,8 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--ranks", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--iters", type=int, default=20,
+                    help="calls timed back to back per round below 1 MiB (1: one call after a barrier)")
     ap.add_argument("--colls", default=",".join(COLLS))
     ap.add_argument("--json", default="")
     a = ap.parse_args()

@@ -36,14 +36,18 @@ _ENGINE = importlib.util.find_spec("hpccl._netengine") is not None
 _NO_ENGINE = "hpccl's network engine is not built (no UCX headers at install); the other cases still run"
 
 
-@pytest.mark.parametrize("n,net", [(3, "mpi"), (4, "mpi"), pytest.param(4, "ucxx", marks=pytest.mark.skipif(
-    not _UCX, reason=_NO_UCX)), pytest.param(3, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
-    pytest.param(4, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
-def test_network_timeout_names_the_rank_that_never_arrived(n, net):
+_IF_ENGINE = pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)
+
+
+@pytest.mark.parametrize("n,net,algo", [(3, "mpi", "ring"), (4, "mpi", "ring"), pytest.param(
+    4, "ucxx", "ring", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
+    pytest.param(3, "engine", "ring", marks=_IF_ENGINE), pytest.param(4, "engine", "ring", marks=_IF_ENGINE),
+    pytest.param(3, "engine", "hot", marks=_IF_ENGINE), pytest.param(4, "engine", "hot", marks=_IF_ENGINE)])
+def test_network_timeout_names_the_rank_that_never_arrived(n, net, algo):
     """Between nodes (every rank its own node) each waiting rank asks the others over the transport's
     control channel which collective they are in: all name the rank that never came, not the neighbour
-    their ring waited on."""
-    proc = run_mpi(n, ["tests/scripts/skip_collective.py", "ring"],
+    their ring waited on (the ring, and the compiled path across nodes, hpccl/_nethot.c)."""
+    proc = run_mpi(n, ["tests/scripts/skip_collective.py", algo],
                    env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1", "HPCCL_NET": net}, timeout=120)
     rows = results(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-4000:]
@@ -54,6 +58,8 @@ def test_network_timeout_names_the_rank_that_never_arrived(n, net):
         assert row["seconds"] < 2 + 2, row
         if row["error"] == "HpcclTimeoutError":
             assert row["missing"] == [n - 1], row
+        else:  # it heard a timed-out peer's abort, which carries the rank that never came
+            assert f"rank {n - 1} failed" in row["message"], row
 
 
 @pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi",

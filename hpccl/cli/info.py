@@ -52,7 +52,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         from hpccl.transport import engine as _eng
         (maj, mnr, rel), hdr = _eng._ne.version()
         say(f"  network    native engine ({_eng._ne.__file__}; libucp {maj}.{mnr}.{rel}, built against "
-            f"UCX {hdr[0]}.{hdr[1]} headers): calls across nodes, GPU steps staged in stream order")
+            f"UCX {hdr[0]}.{hdr[1]} headers): calls across nodes, GPU steps staged in stream order; small host "
+            f"calls with every rank its own node in C up to HPCCL_NET_HOT_SIZE="
+            f"{config.get('HPCCL_NET_HOT_SIZE')} bytes" + ("" if config.get("HPCCL_NET_HOT_SIZE") > 0 else " (off)"))
     except ImportError as exc:
         say(f"  network    native engine not available ({exc}): calls across nodes take the ucxx or MPI path")
     say("configuration (HPCCL_*; source env or default):")

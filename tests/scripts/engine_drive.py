@@ -1,5 +1,5 @@
 """Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
-(tests/test_sanitizers.py): messages, gated steps whose ready words another thread writes, templates
+(tests/test_sanitizers.py): messages, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
 reposted from another thread (as CUDA's host-function thread does), abort, control messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
@@ -36,6 +36,38 @@ for _ in range(200):  # caller-driven and thread-driven progress interleave
     r, s = b.recv(0, y), a.send(1, x)
     assert r.wait(10) and s.wait(10)
 assert np.array_equal(x, y)
+
+def hot_calls(h, rank, out):
+    """The compiled path across nodes (NetHot), each rank on its own thread: its caller-driven progress
+    against the engine threads; every result checked."""
+    def run(rc):
+        while rc == 1:
+            rc = 0 if h.resume() else 1
+        assert rc == 0, rc
+    x = np.full(1000, rank + 1, np.float32)
+    for i in range(60):
+        y = np.empty_like(x)
+        run(h.all_reduce(x, y, 0, 2 * i))
+        assert np.all(y == 3), y[:4]
+        g = np.empty(2 * x.size, np.float32)
+        run(h.all_gather(x, g, 2 * i + 1))
+        assert np.all(g[:x.size] == 1) and np.all(g[x.size:] == 2)
+        bc = x.copy()
+        run(h.broadcast(bc, None, i % 2, 2 * i + 1))
+        assert np.all(bc == 1 + i % 2)
+        run(h.barrier(2 * i + 1))
+    out[rank] = h.calls
+
+
+hots = [ne.NetHot(e, 1 << 16, 1 << 16, 10, lambda *a: RuntimeError(a)) for e in (a, b)]
+made = [0, 0]
+threads = [threading.Thread(target=hot_calls, args=(hots[r], r, made)) for r in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert made == [240, 240], made
+del hots
 
 words = (ctypes.c_uint32 * 4)()
 w = [ctypes.addressof(words) + 4 * i for i in range(4)]
