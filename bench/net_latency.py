@@ -26,21 +26,19 @@ def main() -> None:
     c = hpccl.Communicator(w.Dup())
     x = np.full(max(1, a.bytes // 4), w.rank + 1, np.float32)
     y = np.empty_like(x)
-    for _ in range(a.warmup):
-        c.all_reduce(x, y)
-    w.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(a.calls):
-        c.all_reduce(x, y)
-    t_h = (time.perf_counter() - t0) / a.calls
+
+    def per_call(fn) -> float:
+        for _ in range(a.warmup):
+            fn(x, y)
+        w.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(a.calls):
+            fn(x, y)
+        return (time.perf_counter() - t0) / a.calls
+
+    t_h = per_call(c.all_reduce)
     assert np.all(y == w.size * (w.size + 1) / 2)
-    for _ in range(a.warmup):
-        w.Allreduce(x, y)
-    w.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(a.calls):
-        w.Allreduce(x, y)
-    t_m = (time.perf_counter() - t0) / a.calls
+    t_m = per_call(w.Allreduce)
     path = "compiled (_nethot.c)" if type(c._hot).__name__ == "NetHot" else "Python schedules"
     t_h, t_m = w.allreduce(t_h, op=MPI.MAX), w.allreduce(t_m, op=MPI.MAX)
     if w.rank == 0:
