@@ -78,11 +78,14 @@ class Waiter:
     def missing(self, peers: Peers, surveyed: bool = False) -> List[int]:
         """Ranks that have not entered the current collective: every rank whose arrival counter is visible
         (same node) and behind, plus awaited ranks nobody can see; the awaited ranks if that is empty.
-        After a survey every rank is visible or silent, and a silent rank has not arrived."""
+        After a survey every rank is visible or silent. Silent ranks (stopped, dead, busy outside hpccl)
+        are the ones at fault; a rank that answered from an earlier call is itself stuck waiting (on them)
+        and is named only when nobody is silent."""
         peers = peers() if callable(peers) else peers
         if surveyed:
-            late = [p for p in self.ranks if (s := self._arrived(p)) is None or s < self.seq]
-            return late or sorted(set(peers))
+            silent = [p for p in self.ranks if self._arrived(p) is None]
+            late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
+            return silent or late or sorted(set(peers))
         late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
         unseen = [p for p in peers if self._arrived(p) is None]
         return sorted(set(late + unseen)) or sorted(set(peers))

@@ -66,16 +66,21 @@ def test_a_peer_that_asked_first_and_left_counts_as_arrived():
     assert w.missing([2], surveyed=True) == [1]
 
 
-def test_an_answer_from_an_earlier_call_is_late():
-    r0, r1, _r2 = _three()
-    r1.announce(6)
-    r0.survey([1], 0.01)
-    r1.peer_aborted()  # rank 1, one call behind, answers
-    r0.survey([1], 0.02)
-    assert r0.arrived(1) == 6
+def test_a_rank_stuck_in_an_earlier_call_is_not_blamed_when_another_is_silent():
+    """Rank 2 answers from call 6 (it waits there on rank 1, which stopped); rank 0 is in call 7. Rank 1
+    never answers: it is the one named. With nobody silent, the rank behind is named."""
+    r0, r1, r2 = _three()
+    r2.announce(6)
+    r0.survey([1, 2], 0.01)
+    r2.peer_aborted()  # rank 2, one call behind, answers; rank 1 is stopped
+    r0.survey([1, 2], 0.02)
+    assert r0.arrived(2) == 6 and r0.arrived(1) is None
     w = Waiter(1.0, 0, [1, 2], r0.arrived, r0.peer_aborted, lambda *a: None)
     w.seq = 7
-    assert w.missing([1], surveyed=True) == [1, 2]
+    assert w.missing([2], surveyed=True) == [1]
+    r1.peer_aborted()  # now rank 1 answers too (from call 7): only rank 2 is behind
+    r0.survey([1, 2], 0.02)
+    assert w.missing([2], surveyed=True) == [2]
 
 
 @pytest.mark.parametrize("silent,blamed", [([1], 1), ([1, 2], None)])
