@@ -1161,8 +1161,22 @@ static PyObject *Engine_pending(Engine *self, PyObject *noargs) {
   return Py_BuildValue("(KKK)", n, sent, got);
 }
 
+/* wait (up to ``seconds``, progressing) until every send this worker started has left it: a send that
+   completed locally may still sit in UCX's transport queue, and closing the endpoints would drop it (a peer
+   still receiving a communicator's last message then sees its connection reset) */
+static void worker_flush(Engine *e, double seconds) {
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof prm);
+  ucs_status_ptr_t r = ucp_worker_flush_nbx(e->worker, &prm);
+  if (r == NULL || UCS_PTR_IS_ERR(r)) return;
+  double end = now_s() + seconds;
+  while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < end) ucp_worker_progress(e->worker);
+  ucp_request_free(r);  /* still in progress (a peer that does not read): UCX releases it when it ends */
+}
+
 static void engine_close(Engine *self) {
   if (atomic_exchange(&self->closed, 1)) return;
+  int healthy = !atomic_load(&self->aborting) && atomic_load(&self->dead_rank) < 0;
   if (self->started) {
     atomic_store(&self->aborting, 1);
     /* let cancelled work end and control messages leave, briefly */
@@ -1181,6 +1195,7 @@ static void engine_close(Engine *self) {
     pthread_join(self->thread, NULL);
     pthread_mutex_lock(&self->wlock);  /* a waiting caller may still try to drive progress */
     self->started = 0;
+    if (healthy) worker_flush(self, 0.5);  /* a closed communicator's last messages still reach its peers */
     /* whatever is left: failed, done words written, so no stream and no waiter stays blocked */
     drain(self);
     for (int i = 0; i < self->nactive; i++) {

@@ -34,6 +34,7 @@ typedef struct {
   long blocks;
   char *tmp, *accbuf;        /* incoming data to reduce; a non-root's partial reduction */
   int leaked;                /* a round UCX never ended still owns tmp/accbuf: never free them */
+  int failed;                /* the round failed with messages still in flight: only cancel() goes on */
   /* the call in progress */
   int busy, kind, op, dt, esize, root;
   Py_ssize_t nbytes;
@@ -182,14 +183,14 @@ static int nh_post(NetHot *h) {
 static const char *const NH_NAMES[NK_KINDS] = {"all_reduce", "all_gather", "broadcast", "reduce_scatter",
                                                 "barrier", "reduce", "all_to_all"};
 
-static int nh_fail(NetHot *h, batch_t *b) {
+static int nh_fail(NetHot *h, int ecode, int epeer, const char *err) {
   /* a lost or aborting peer is named with the call by the communicator; other failures name it here */
   char msg[400];
-  if (b->ecode == E_PEER || b->ecode == E_ABORT)
-    snprintf(msg, sizeof msg, "%s", b->err);
+  if (ecode == E_PEER || ecode == E_ABORT)
+    snprintf(msg, sizeof msg, "%s", err);
   else
-    snprintf(msg, sizeof msg, "%s #%lld: %s", NH_NAMES[h->kind], h->eng->seq, b->err);
-  PyObject *exc = PyObject_CallFunction(h->on_error, "iis", b->ecode, b->epeer, msg);
+    snprintf(msg, sizeof msg, "%s #%lld: %s", NH_NAMES[h->kind], h->eng->seq, err);
+  PyObject *exc = PyObject_CallFunction(h->on_error, "iis", ecode, epeer, msg);
   if (exc) {
     PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
     Py_DECREF(exc);
@@ -197,16 +198,37 @@ static int nh_fail(NetHot *h, batch_t *b) {
   return -2;
 }
 
+/* A round that has failed while some of its messages are still in flight (a send to a peer that stopped
+   receiving cannot be cancelled): raise now, keep the round and the buffers until cancel(). */
+static int nh_failed_early(NetHot *h, batch_t *b) {
+  Engine *e = h->eng;
+  int ecode = 0, epeer = -1;
+  char err[256];
+  if (pthread_mutex_trylock(&e->wlock) != 0) return 0;  /* being progressed: look at the next resume */
+  if (b->ecode) {
+    ecode = b->ecode, epeer = b->epeer;
+    memcpy(err, b->err, sizeof err);
+  }
+  pthread_mutex_unlock(&e->wlock);
+  if (!ecode) return 0;
+  h->failed = 1;
+  return nh_fail(h, ecode, epeer, err);
+}
+
 /* Drive the call in progress: 0 done, 1 still waiting on a peer, -2 an exception is set. */
 static int nh_advance(NetHot *h, double seconds) {
+  if (h->failed) {
+    PyErr_SetString(PyExc_RuntimeError, "hpccl network hot path: the call failed; cancel() it");
+    return -2;
+  }
   for (;;) {
     if (h->b) {
       batch_t *b = h->b;
-      if (!batch_wait(h->eng, b, seconds)) return 1;
+      if (!batch_wait(h->eng, b, seconds)) return nh_failed_early(h, b) ? -2 : 1;
       int st = atomic_load_explicit(&b->state, memory_order_acquire);
       h->b = NULL;
       if (st == B_FAILED) {
-        int rc = nh_fail(h, b);
+        int rc = nh_fail(h, b->ecode, b->epeer, b->err);
         batch_unref(b);
         nh_release(h);
         return rc;
@@ -363,7 +385,8 @@ static PyObject *NetHot_waiting(NetHot *h, PyObject *unused) {
 }
 
 /* Drop the call in progress (after a failure): cancel its round and give UCX a moment to let go of the
-   buffers; if it never does, leave them to it (buffers and scratch are then never released). */
+   buffers; if it does not (a send to a peer that stopped reading cannot be cancelled), leave them to it:
+   the buffers stay exported and the scratch is never freed, and the error is raised without waiting. */
 static void nh_cancel(NetHot *h) {
   batch_t *b = h->b;
   if (b) {
@@ -379,13 +402,14 @@ static void nh_cancel(NetHot *h) {
     }
     pthread_mutex_unlock(&e->wlock);
     Py_END_ALLOW_THREADS
-    if (!batch_wait(e, b, 1.0)) {
+    if (!batch_wait(e, b, 0.02)) {
       h->leaked = 1;
       h->have_send = h->have_recv = 0;  /* UCX may still write there: keep the exports */
     }
     batch_unref(b);
     h->b = NULL;
   }
+  h->failed = 0;
   nh_release(h);
 }
 

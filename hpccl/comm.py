@@ -633,28 +633,28 @@ class Communicator:
         """Run a validated host call on the hot path; False when it declines (a dtype or size it does not
         take: the same on every rank, so every rank runs the Python algorithm instead)."""
         hot, coll, a = self._hot, call.coll, call.args
-        if coll == "all_reduce" or coll == "reduce_scatter":
-            recv = None if a[1] is a[0] else a[1]
-            rc = getattr(hot, coll)(a[0], recv, OPCODE[a[2]], self._seq)
-        elif coll == "all_gather":
-            rc = hot.all_gather(a[0], a[1], self._seq)
-        elif coll == "broadcast":
-            rc = hot.broadcast(a[0], None if a[1] is a[0] else a[1], a[2], self._seq)
-        elif coll == "reduce":
-            rc = hot.reduce(a[0], None if a[1] is a[0] else a[1], a[2], OPCODE[a[3]], self._seq)
-        elif coll == "all_to_all":
-            rc = hot.all_to_all(a[0], None if a[1] is a[0] else a[1], self._seq)
-        else:
-            rc = hot.barrier(self._seq)
-        if rc < 0:
-            return False
-        self._rec.algo("hot")
-        if rc:
-            try:
+        try:  # the path across nodes can fail in its first round, before it returns
+            if coll == "all_reduce" or coll == "reduce_scatter":
+                recv = None if a[1] is a[0] else a[1]
+                rc = getattr(hot, coll)(a[0], recv, OPCODE[a[2]], self._seq)
+            elif coll == "all_gather":
+                rc = hot.all_gather(a[0], a[1], self._seq)
+            elif coll == "broadcast":
+                rc = hot.broadcast(a[0], None if a[1] is a[0] else a[1], a[2], self._seq)
+            elif coll == "reduce":
+                rc = hot.reduce(a[0], None if a[1] is a[0] else a[1], a[2], OPCODE[a[3]], self._seq)
+            elif coll == "all_to_all":
+                rc = hot.all_to_all(a[0], None if a[1] is a[0] else a[1], self._seq)
+            else:
+                rc = hot.barrier(self._seq)
+            if rc < 0:
+                return False
+            self._rec.algo("hot")
+            if rc:
                 self._waiter.wait(hot.resume, hot.waiting)
-            except BaseException:
-                hot.cancel()
-                raise
+        except BaseException:
+            hot.cancel()
+            raise
         return True
 
     def _collective(self, call: "Call") -> None:
