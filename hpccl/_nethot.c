@@ -254,12 +254,13 @@ static int nh_advance(NetHot *h, double seconds) {
 }
 
 /* Acquire the buffers, plan and start call ``kind``; -1 (nothing changed) when this path does not take it. */
-static int nh_start(NetHot *h, int kind, PyObject *send, PyObject *recv, int op, int root) {
+static int nh_start(NetHot *h, int kind, PyObject *send, PyObject *recv, int op, int root, long long seq) {
   if (h->busy) {
     PyErr_SetString(PyExc_RuntimeError, "hpccl network hot path: a call is still in progress");
     return -2;
   }
   if (atomic_load(&h->eng->closed) || !h->eng->started) return -1;
+  h->eng->seq = seq;  /* answers to "which call are you in?" carry it */
   h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
   h->nrounds = h->nmsgs = h->cur = 0;
   if (kind != NK_BAR) {
@@ -331,34 +332,29 @@ static PyObject *nh_ret(int rc) { return rc == -2 ? NULL : PyLong_FromLong(rc); 
 static PyObject *NetHot_all_reduce(NetHot *h, PyObject *args) {
   PyObject *s, *r; int op; long long seq;
   if (!PyArg_ParseTuple(args, "OOiL", &s, &r, &op, &seq)) return NULL;
-  h->eng->seq = seq;
-  return nh_ret(nh_start(h, NK_AR, s, r, op, -1));
+  return nh_ret(nh_start(h, NK_AR, s, r, op, -1, seq));
 }
 static PyObject *NetHot_reduce(NetHot *h, PyObject *args) {
   PyObject *s, *r; int root, op; long long seq;
   if (!PyArg_ParseTuple(args, "OOiiL", &s, &r, &root, &op, &seq)) return NULL;
   if (root < 0 || root >= h->n) return PyLong_FromLong(-1);
-  h->eng->seq = seq;
-  return nh_ret(nh_start(h, NK_RED, s, r, op, root));
+  return nh_ret(nh_start(h, NK_RED, s, r, op, root, seq));
 }
 static PyObject *NetHot_all_gather(NetHot *h, PyObject *args) {
   PyObject *s, *r; long long seq;
   if (!PyArg_ParseTuple(args, "OOL", &s, &r, &seq)) return NULL;
-  h->eng->seq = seq;
-  return nh_ret(nh_start(h, NK_AG, s, r, 0, -1));
+  return nh_ret(nh_start(h, NK_AG, s, r, 0, -1, seq));
 }
 static PyObject *NetHot_broadcast(NetHot *h, PyObject *args) {
   PyObject *s, *r; int root; long long seq;
   if (!PyArg_ParseTuple(args, "OOiL", &s, &r, &root, &seq)) return NULL;
   if (root < 0 || root >= h->n) return PyLong_FromLong(-1);
-  h->eng->seq = seq;
-  return nh_ret(nh_start(h, NK_BC, s, r, 0, root));
+  return nh_ret(nh_start(h, NK_BC, s, r, 0, root, seq));
 }
 static PyObject *NetHot_barrier(NetHot *h, PyObject *args) {
   long long seq;
   if (!PyArg_ParseTuple(args, "L", &seq)) return NULL;
-  h->eng->seq = seq;
-  return nh_ret(nh_start(h, NK_BAR, Py_None, Py_None, 0, -1));
+  return nh_ret(nh_start(h, NK_BAR, Py_None, Py_None, 0, -1, seq));
 }
 
 static PyObject *NetHot_resume(NetHot *h, PyObject *unused) {

@@ -82,10 +82,9 @@ class Waiter:
         are the ones at fault; a rank that answered from an earlier call is itself stuck waiting (on them)
         and is named only when nobody is silent."""
         peers = peers() if callable(peers) else peers
+        late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
         if surveyed:
             silent = [p for p in self.ranks if self._arrived(p) is None]
-            late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
             return silent or late or sorted(set(peers))
-        late = [p for p in self.ranks if (s := self._arrived(p)) is not None and s < self.seq]
         unseen = [p for p in peers if self._arrived(p) is None]
         return sorted(set(late + unseen)) or sorted(set(peers))
