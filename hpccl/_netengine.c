@@ -40,7 +40,8 @@
 #define RANK_SHIFT 40
 #define SEQ_MASK ((1ULL << RANK_SHIFT) - 1)
 #define GRAPH_BIT (1ULL << 39)
-#define EAGER_MASK (GRAPH_BIT - 1)
+#define P2P_BIT (1ULL << 38)   /* eager point-to-point messages: what a receive from any source may match */
+#define EAGER_MASK (P2P_BIT - 1)
 #define CTRL_TAG SEQ_MASK
 #define MAX_TEMPLATES 0xFFFF
 #define MAX_PER_PEER 128
@@ -964,12 +965,13 @@ static Op *new_op(Engine *e, batch_t *b) {
   return o;
 }
 
-/* send(peer, buffer) / recv(peer, buffer): one message; the Op keeps the buffer alive */
+/* send(peer, buffer[, timeout, p2p]) / recv(...): one message (p2p: a point-to-point one, tagged so a receive
+   from any source can tell it from a collective's); the Op keeps the buffer alive */
 static PyObject *one_op(Engine *self, PyObject *args, int kind) {
-  int peer;
+  int peer, p2p = 0;
   PyObject *obj;
   double timeout = 0;
-  if (!PyArg_ParseTuple(args, "iO|d", &peer, &obj, &timeout)) return NULL;
+  if (!PyArg_ParseTuple(args, "iO|dp", &peer, &obj, &timeout, &p2p)) return NULL;
   if (check_open(self) < 0 || check_peer(self, peer) < 0) return NULL;
   batch_t *b = batch_new(1, BK_OP);
   if (!b) return PyErr_NoMemory();
@@ -984,9 +986,32 @@ static PyObject *one_op(Engine *self, PyObject *args, int kind) {
   x->kind = kind; x->peer = peer; x->buf = o->view.buf; x->len = (size_t)o->view.len;
   if (kind == K_SEND) x->tag = ((uint64_t)self->rank << RANK_SHIFT) | (self->send_seq[peer]++ & EAGER_MASK);
   else x->tag = ((uint64_t)peer << RANK_SHIFT) | (self->recv_seq[peer]++ & EAGER_MASK);
+  if (p2p) x->tag |= P2P_BIT;
   b->timeout = timeout;
   submit(self, b, 1);
   return (PyObject *)o;
+}
+
+/* probe(peer): whether the next eager message expected from ``peer`` is a point-to-point one waiting in UCX's
+   unexpected queue (receive from any source picks its sender this way); progresses the worker once first */
+static PyObject *Engine_probe(Engine *self, PyObject *args) {
+  int peer, found = 0;
+  if (!PyArg_ParseTuple(args, "i", &peer)) return NULL;
+  if (peer < 0 || peer >= self->size || peer == self->rank) {
+    PyErr_Format(PyExc_ValueError, "probe: peer %d is not another rank of %d", peer, self->size);
+    return NULL;
+  }
+  uint64_t tag = ((uint64_t)peer << RANK_SHIFT) | P2P_BIT | (self->recv_seq[peer] & EAGER_MASK);
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&self->wlock);
+  if (!self->closed && self->started) {
+    ucp_tag_recv_info_t info;
+    engine_step(self);
+    found = ucp_tag_probe_nb(self->worker, tag, ~0ULL, 0, &info) != NULL;
+  }
+  pthread_mutex_unlock(&self->wlock);
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(found);
 }
 
 static PyObject *Engine_send(Engine *self, PyObject *args) { return one_op(self, args, K_SEND); }
@@ -1256,8 +1281,9 @@ static PyMethodDef Engine_methods[] = {
   {"address", (PyCFunction)Engine_address, METH_NOARGS, "This worker's UCX address (bytes)."},
   {"info", (PyCFunction)Engine_info, METH_NOARGS, "UCX's description of the context and worker."},
   {"connect", (PyCFunction)Engine_connect, METH_VARARGS, "connect(addresses, remote): endpoints, then the thread."},
-  {"send", (PyCFunction)Engine_send, METH_VARARGS, "send(peer, buffer[, timeout]) -> Op"},
-  {"recv", (PyCFunction)Engine_recv, METH_VARARGS, "recv(peer, buffer[, timeout]) -> Op"},
+  {"send", (PyCFunction)Engine_send, METH_VARARGS, "send(peer, buffer[, timeout, p2p]) -> Op"},
+  {"recv", (PyCFunction)Engine_recv, METH_VARARGS, "recv(peer, buffer[, timeout, p2p]) -> Op"},
+  {"probe", (PyCFunction)Engine_probe, METH_VARARGS, "probe(peer) -> whether peer's next message has arrived"},
   {"staged", (PyCFunction)Engine_staged, METH_VARARGS, "An eager GPU network step over pinned host memory."},
   {"template", (PyCFunction)Engine_template, METH_VARARGS, "A network step for a CUDA graph (Template)."},
   {"ctrl_send", (PyCFunction)Engine_ctrl_send, METH_VARARGS, "ctrl_send(peer, kind, who, seq) -> Op"},

@@ -42,7 +42,7 @@ FIRED = object()  # the device fast path replayed the call
 _perf = time.perf_counter
 _FAST_NAMES = {"ar": "all_reduce", "red": "reduce", "bc": "broadcast", "ag": "all_gather", "rs": "reduce_scatter",
                "a2a": "all_to_all"}
-_P2P = ("send", "recv", "group(send/recv)")  # ranks legitimately call different ones: not checked
+_P2P = ("send", "recv", "group(send/recv)", "recv(any source)")  # ranks legitimately call different ones: not checked
 SURVEY_S = 0.5  # how long a timed-out rank waits for its peers' answers to "which collective are you in?"
 # (parent's recorder, 'intra'/'inter') while _subcomm builds a sub-communicator whose calls are steps of the
 # parent's calls: it records them there (recorder.StepRecorder), never as calls of its own
@@ -63,6 +63,7 @@ class Communicator:
         self._seq = 0
         self._group: Optional[List["Call"]] = None
         self._group_depth = 0
+        self._any_next = 0  # receive from any source probes from the peer after its last sender
         self._p2p: List[Tuple[str, int, Any, Any, Any]] = []  # (send|recv, peer, flat, memory, stream)
         self._sub: Dict[str, "Communicator"] = {}
         self._node_override = node_id
@@ -1088,6 +1089,41 @@ class Communicator:
         self._p2p_call("recv", buf, peer, stream)
         return buf
 
+    def recv_any(self, buf: Any) -> int:
+        """Receive the next message any peer sends this rank (MPI_ANY_SOURCE) into host buf; returns the
+        sender. Peers are probed in turn from the one after the last sender, so none is starved."""
+        self._alive("recv")
+        m = self._memory(buf, "recv")
+        if m is not host:
+            raise HpcclUnsupported("recv from any source takes host buffers; on GPU buffers name the source "
+                                   "rank (NCCL has no receive from any source either)")
+        if self._group is not None:
+            raise HpcclInvalidUsage("recv from any source inside group(): its sender is known only when it runs")
+        flat, _ = m.view(buf, "buf")
+        m.writable(flat, "buf")
+        peers = [p for p in range(self.size) if p != self.rank]
+        if not peers:
+            raise HpcclInvalidUsage("recv from any source on a communicator of one rank: no peer can send")
+        start = self._any_next % len(peers)
+        order = peers[start:] + peers[:start]
+        tr = self._prim._transport_of
+        got: List[int] = []
+
+        def ready() -> bool:
+            for p in order:
+                if tr[p].probe(p):
+                    got.append(p)
+                    return True
+            return False
+
+        def run(c: "Communicator", call: "Call") -> None:
+            if not ready():
+                c._waiter.wait(ready, lambda: [] if got else list(peers))
+            c._prim.exchange(recvs=[(got[0], flat, None)], p2p=True)
+        self._run(Call("recv(any source)", host, None, 0, (), fn=run))
+        self._any_next = peers.index(got[0]) + 1
+        return got[0]
+
     def _p2p_call(self, kind: str, buf: Any, peer: int, stream: Any) -> None:
         self._alive(kind)
         peer = self._rank_arg(peer, "peer")
@@ -1117,7 +1153,7 @@ class Communicator:
             recvs = [(peer, b, None) for k, peer, b, _, _ in hosts if k == "recv"]
             name = what or (hosts[0][0] if len(hosts) == 1 else "group(send/recv)")
             self._run(Call(name, host, None, 0, (),
-                           fn=lambda c, call: c._prim.exchange(sends, recvs)))
+                           fn=lambda c, call: c._prim.exchange(sends, recvs, p2p=True)))
         if devs:
             self._run(Call(what or "group(send/recv)", devs[0][3], devs[0][4], 0, tuple(devs),
                            fn=Communicator._device_p2p))

@@ -31,12 +31,13 @@ class Primitives:
         self.window_views: Dict[tuple, List[np.ndarray]] = {}
         self.single_copy = False  # set by the communicator once every rank can use peer_read
 
-    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
+    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = (), p2p: bool = False) -> None:
         """Run these sends and receives concurrently and return when all are complete.
 
         A receive with an op reduces into its buffer: buf = buf op incoming, or src op incoming when the
         receive names a src (saves copying src into buf first). Messages to self are matched in order
-        with receives from self."""
+        with receives from self. ``p2p``: the user's sends and receives (marked so that a receive from any
+        source matches only those, never a collective's messages)."""
         pending: List[Request] = []
         self_sends = [b for p, b in sends if p == self.rank]
         for peer, buf, op, *rest in recvs:
@@ -48,10 +49,12 @@ class Primitives:
                 else:
                     self.mem.reduce(buf, buf if src is None else src, incoming, op)
             else:
-                pending.append(self._transport_of[peer].irecv(peer, buf, op, src))
+                pending.append(self._transport_of[peer].irecv(peer, buf, op, src, p2p) if p2p else
+                               self._transport_of[peer].irecv(peer, buf, op, src))
         for peer, buf in sends:
             if peer != self.rank:
-                pending.append(self._transport_of[peer].isend(peer, buf))
+                pending.append(self._transport_of[peer].isend(peer, buf, p2p) if p2p else
+                               self._transport_of[peer].isend(peer, buf))
         def ready() -> bool:
             nonlocal pending
             pending = [r for r in pending if not r.test()]  # test every request: they may depend on each other

@@ -47,13 +47,20 @@ class Transport(ABC):
     name = "base"
 
     @abstractmethod
-    def isend(self, peer: int, buf: np.ndarray) -> Request:
-        """Post a send of ``buf`` (1-D, contiguous); the caller keeps it alive until the request completes."""
+    def isend(self, peer: int, buf: np.ndarray, p2p: bool = False) -> Request:
+        """Post a send of ``buf`` (1-D, contiguous); the caller keeps it alive until the request completes.
+        ``p2p``: a point-to-point message (send/recv), which probe() and a receive from any source can see."""
 
     @abstractmethod
     def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp],
-              src: Optional[np.ndarray] = None) -> Request:
+              src: Optional[np.ndarray] = None, p2p: bool = False) -> Request:
         """Post a receive into ``buf``; with ``op``, buf = (src if given, else buf) op incoming."""
+
+    def probe(self, peer: int) -> bool:
+        """True when the next message ``peer`` sends this rank is a point-to-point one that has started to
+        arrive, with no receive of it posted (receive from any source picks its sender this way)."""
+        from ..errors import HpcclUnsupported
+        raise HpcclUnsupported(f"receive from any source: the {self.name} transport cannot probe for messages")
 
     def window(self) -> Optional[Window]:
         """A directly mapped window shared by all ranks of the communicator, when the transport has one."""

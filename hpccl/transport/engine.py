@@ -225,18 +225,24 @@ class EngineTransport(ControlChannel, Transport):
         self._collective_check(problem, HpcclSystemError)
 
     # ----- data path ---------------------------------------------------------------------------------
-    def isend(self, peer: int, buf: np.ndarray) -> Request:
-        return _Req(self, peer, self.eng.send(peer, _bytes(buf)))
+    def isend(self, peer: int, buf: np.ndarray, p2p: bool = False) -> Request:
+        return _Req(self, peer, self.eng.send(peer, _bytes(buf), 0.0, p2p) if p2p else self.eng.send(peer, _bytes(buf)))
 
-    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp], src: Any = None) -> Request:
+    def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp], src: Any = None,
+              p2p: bool = False) -> Request:
         """Receive into ``buf``; with ``op``, into a scratch buffer, then buf = (src or buf) op incoming."""
         if not isinstance(buf, np.ndarray):
             raise HpcclSystemError("the network engine moves host memory; device buffers go through staged "
                                    "network steps (hpccl.netstep)")
+        if p2p:
+            return _Req(self, peer, self.eng.recv(peer, _bytes(buf), 0.0, True))
         if op is None:
             return _Req(self, peer, self.eng.recv(peer, _bytes(buf)))
         tmp = self._take(buf)
         return _ReduceReq(self, peer, self.eng.recv(peer, _bytes(tmp)), buf, tmp, op, src)
+
+    def probe(self, peer: int) -> bool:
+        return self.eng.probe(peer)
 
     def _take(self, like: np.ndarray) -> np.ndarray:
         free = self._pool.get((like.dtype.str, like.size))

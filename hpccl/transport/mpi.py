@@ -13,6 +13,7 @@ from .base import Request, Transport
 from .control import ControlChannel
 
 _TAG = 7001
+_P2P_TAG = 7003  # point-to-point messages: what a receive from any source may match
 _CTRL = 7002  # control messages on hpccl's private communicator (control.py)
 
 
@@ -101,20 +102,25 @@ class MpiTransport(ControlChannel, Transport):
             self.comm.Recv(msg, source=st.Get_source(), tag=_CTRL)
             yield msg
 
-    def isend(self, peer: int, buf: np.ndarray) -> Request:
+    def isend(self, peer: int, buf: np.ndarray, p2p: bool = False) -> Request:
         host = _staged(buf)
-        return _MpiRequest(peer, self.comm.Isend(host.view(np.uint8), dest=peer, tag=_TAG), host, None, None)
+        tag = _P2P_TAG if p2p else _TAG
+        return _MpiRequest(peer, self.comm.Isend(host.view(np.uint8), dest=peer, tag=tag), host, None, None)
 
     def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp],
-              src: Optional[np.ndarray] = None) -> Request:
+              src: Optional[np.ndarray] = None, p2p: bool = False) -> Request:
+        tag = _P2P_TAG if p2p else _TAG
         if isinstance(buf, np.ndarray):
             tmp = None if op is None else np.empty_like(buf)
             target = buf if op is None else tmp
-            return _MpiRequest(peer, self.comm.Irecv(target.view(np.uint8), source=peer, tag=_TAG), buf, tmp,
+            return _MpiRequest(peer, self.comm.Irecv(target.view(np.uint8), source=peer, tag=tag), buf, tmp,
                                op, src)
         host = np.empty(buf.nbytes, dtype=np.uint8)
-        req = _StagedRecv(peer, self.comm.Irecv(host, source=peer, tag=_TAG), buf, host, op, src)
+        req = _StagedRecv(peer, self.comm.Irecv(host, source=peer, tag=tag), buf, host, op, src)
         return req
+
+    def probe(self, peer: int) -> bool:
+        return bool(self.comm.Iprobe(source=peer, tag=_P2P_TAG))
 
     def close(self) -> None:
         if self.comm is not None:

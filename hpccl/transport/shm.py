@@ -123,6 +123,8 @@ class _Segment:
             pass  # a view still exported; the mapping goes with the process
 
 
+_P2P_MARK = 2  # in a chunk's last-chunk word: the chunk belongs to a point-to-point message
+
 class _Channel:
     """One direction between this rank and a peer; counters and slots live in the receiver's segment."""
 
@@ -135,11 +137,12 @@ class _Channel:
 
 
 class _ShmRequest(Request):
-    __slots__ = ("peer", "done", "u8", "typed", "op", "off", "chan", "send", "transport", "src")
+    __slots__ = ("peer", "done", "u8", "typed", "op", "off", "chan", "send", "transport", "src", "mark")
 
     def __init__(self, transport: "ShmTransport", peer: int, buf: np.ndarray, op: Optional[ReduceOp],
-                 send: bool, src: Optional[np.ndarray] = None) -> None:
+                 send: bool, src: Optional[np.ndarray] = None, p2p: bool = False) -> None:
         self.transport, self.peer, self.send, self.op = transport, peer, send, op
+        self.mark = _P2P_MARK if p2p else 0
         self.src = buf if src is None else src
         self.typed = buf
         self.u8 = buf.view(np.uint8)
@@ -167,7 +170,7 @@ class _ShmRequest(Request):
             self.off += m
             q[c.lens + k] = m
             last = self.off >= n
-            q[c.lens + c.K + k] = 1 if last else 0
+            q[c.lens + c.K + k] = (1 if last else 0) | self.mark
             head += 1
             q[c.head] = head
             if last:
@@ -182,7 +185,7 @@ class _ShmRequest(Request):
         while tail < q[c.head]:
             k = tail % c.K
             m = q[c.lens + k]
-            last = q[c.lens + c.K + k] == 1
+            last = (q[c.lens + c.K + k] & 1) == 1
             end = self.off + m
             if end > n or (last and end != n) or (not last and end >= n):
                 self.transport._mismatch(self.peer, n, end, last)
@@ -370,12 +373,18 @@ class ShmTransport(Transport):
             f"message size mismatch with rank {peer}: this rank expects {expected} bytes, the peer's "
             f"message {'ends at' if last else 'runs past'} {got} bytes (counts or dtypes differ across ranks)")
 
-    def isend(self, peer: int, buf: np.ndarray) -> Request:
-        return _ShmRequest(self, peer, buf, None, send=True)
+    def isend(self, peer: int, buf: np.ndarray, p2p: bool = False) -> Request:
+        return _ShmRequest(self, peer, buf, None, send=True, p2p=p2p)
 
     def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp],
-              src: Optional[np.ndarray] = None) -> Request:
+              src: Optional[np.ndarray] = None, p2p: bool = False) -> Request:
         return _ShmRequest(self, peer, buf, op, send=False, src=src)
+
+    def probe(self, peer: int) -> bool:
+        c = self._in[peer]
+        q = c.q
+        tail = q[c.tail]
+        return not c.queue and q[c.head] > tail and bool(q[c.lens + c.K + tail % c.K] & _P2P_MARK)
 
     def window(self) -> Optional[Window]:
         return self._window

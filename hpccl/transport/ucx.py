@@ -63,6 +63,8 @@ _api, _Array = _import_ucxx()
 
 _RANK_SHIFT = 40
 _SEQ_MASK = (1 << _RANK_SHIFT) - 1
+_P2P_BIT = 1 << 38  # point-to-point messages: what a receive from any source may match
+_EAGER_MASK = _P2P_BIT - 1
 _MAX_RANKS = 1 << (64 - _RANK_SHIFT)
 _FULL = _api.UCXXTagMaskFull
 # control messages (abort, "which call are you in?"): the sender's rank with every sequence bit set, matched
@@ -237,23 +239,28 @@ class UcxTransport(ControlChannel, Transport):
         except ValueError:
             return _Array(buf.view(np.uint8))
 
-    def isend(self, peer: int, buf: Any) -> Request:
+    def isend(self, peer: int, buf: Any, p2p: bool = False) -> Request:
         seq = self._send_seq[peer]
         self._send_seq[peer] = seq + 1
         ep = self._eps.get(peer) or self._ep(peer)
-        return _UcxRequest(self, peer, ep.tag_send(self._wire(buf),
-                                                   _api.UCXXTag(self._tag_base | (seq & _SEQ_MASK))))
+        tag = self._tag_base | (seq & _EAGER_MASK) | (_P2P_BIT if p2p else 0)
+        return _UcxRequest(self, peer, ep.tag_send(self._wire(buf), _api.UCXXTag(tag)))
 
-    def irecv(self, peer: int, buf: Any, op: Optional[ReduceOp], src: Any = None) -> Request:
+    def irecv(self, peer: int, buf: Any, op: Optional[ReduceOp], src: Any = None, p2p: bool = False) -> Request:
         """Receive into ``buf``; with ``op``, into a scratch buffer, then buf = (src or buf) op incoming."""
         seq = self._recv_seq[peer]
         self._recv_seq[peer] = seq + 1
         ep = self._eps.get(peer) or self._ep(peer)
-        tag = _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _SEQ_MASK))
+        tag = _api.UCXXTag((peer << _RANK_SHIFT) | (seq & _EAGER_MASK) | (_P2P_BIT if p2p else 0))
         if op is None:
             return _UcxRequest(self, peer, ep.tag_recv(self._wire(buf), tag, _FULL))
         tmp = self._take(buf)
         return _UcxReduceRequest(self, peer, ep.tag_recv(self._wire(tmp), tag, _FULL), buf, tmp, op, src)
+
+    def probe(self, peer: int) -> bool:
+        self._worker.progress()
+        tag = (peer << _RANK_SHIFT) | _P2P_BIT | (self._recv_seq[peer] & _EAGER_MASK)
+        return bool(self._worker.tag_probe(_api.UCXXTag(tag)).matched)
 
     def _take(self, like: Any) -> Any:
         """A receive buffer shaped like ``like`` (host: reused from a small pool; CUDA: its own library's)."""

@@ -213,6 +213,32 @@ def test_send_recv_pairs_in_order(comm):
         assert a.tolist() == list(range(10)) and b.tolist() == list(range(10, 20))
 
 
+def test_recv_from_any_source(comm):
+    """Rank 0 receives every peer's two messages from any source, at a size of several shm slots and a
+    small one: right sender, each sender's messages in order, then a collective still matches."""
+    n, r = comm.size, comm.rank
+    if n == 1:
+        with pytest.raises(hpccl.HpcclInvalidUsage, match="one rank"):
+            comm.recv_any(np.empty(4, np.int64))
+        return
+    for size in ((3 << 20) // 8 + 3, 7):
+        if r == 0:
+            seen = []
+            for _ in range(2 * (n - 1)):
+                out = np.empty(size, np.int64)
+                src = comm.recv_any(out)
+                k = seen.count(src)
+                assert 0 < src < n and np.array_equal(out, np.arange(size, dtype=np.int64) + 1000 * src + k)
+                seen.append(src)
+            assert sorted(seen) == sorted(list(range(1, n)) * 2), seen
+        else:
+            for k in range(2):
+                comm.send(np.arange(size, dtype=np.int64) + 1000 * r + k, 0)
+        x = np.full(3, r, np.int64)
+        comm.all_reduce(x)
+        assert x.tolist() == [n * (n - 1) // 2] * 3
+
+
 def test_group_with_collective_and_self_send(comm):
     r = comm.size, comm.rank
     x = np.full(5, comm.rank, np.int32)
