@@ -21,6 +21,8 @@ SELECTION = [  # tests of the suite that run on CPU for this backend (the full r
     "test_all_reduce_full_group_sum", "test_all_gather", "test_all_gather_full_group",
     "test_all_gather_coalesced_simple", "test_broadcast", "test_reduce_sum", "test_gather", "test_scatter",
     "test_barrier", "test_send_recv", "test_send_recv_with_tag", "test_isend", "test_irecv",
+    "test_send_recv_any_source", "test_send_recv_any_source_autograd_profiler",
+    "test_send_recv_any_source_torch_profiler",
     "test_DistributedDataParallelCPU", "test_ddp_logging_data_cpu", "test_static_graph_api_cpu",
     "test_destroy_group",
 ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import unittest
 
 os.environ.setdefault("BACKEND", "hpccl")
 os.environ.setdefault("WORLD_SIZE", "2")
@@ -31,19 +30,10 @@ from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
 
-_NO_ANY_SOURCE = ("hpccl matches point-to-point messages by (peer, order), as NCCL does: no receive from any "
-                  "source")
-
-
 class TestHpcclBackend(TestDistBackend, DistributedTest._DistTestBase):
     def setUp(self):
         super().setUp()
         self._spawn_processes()
-
-    if os.environ["BACKEND"] == "hpccl":  # reasoned skips, counted in the run's summary
-        test_send_recv_any_source = unittest.skip(_NO_ANY_SOURCE)(lambda self: None)
-        test_send_recv_any_source_autograd_profiler = unittest.skip(_NO_ANY_SOURCE)(lambda self: None)
-        test_send_recv_any_source_torch_profiler = unittest.skip(_NO_ANY_SOURCE)(lambda self: None)
 
 
 if __name__ == "__main__":
