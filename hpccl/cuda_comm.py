@@ -34,6 +34,8 @@ FAST_ENTRIES = 512  # cached launches (per communicator) for repeated calls on t
 REG_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
 
 
+NOTHING = object()  # the launch of a call with nothing to do (one rank, output = input)
+
 def _logical(a: Any) -> Any:
     """The hpccl dtype of a flat CuPy view (bfloat16 travels as uint16)."""
     return DeviceMemory.dtype(a)
@@ -357,6 +359,11 @@ class CudaComm:
         ln = self._fast.get(key)
         if ln is None or not self._live or self._err.value:
             return False
+        if ln is NOTHING:
+            self._seq += 1
+            if self._pub is not None:
+                self._pub[_I_DEVSEQ] = self._seq
+            return True
         st = key[-1]
         if st != self._last_stream:
             self._order(st)
@@ -381,6 +388,9 @@ class CudaComm:
         ln, kind = self.last
         if len(self._fast) >= FAST_ENTRIES:
             self._fast.clear()
+        if ln is NOTHING:
+            self._fast[key] = NOTHING
+            return
         a = CommArgs()
         ctypes.memmove(ctypes.addressof(a), ctypes.addressof(self.args), ctypes.sizeof(CommArgs))
         args: List[Any] = [a]
@@ -393,8 +403,21 @@ class CudaComm:
     def _ptr(a: Any) -> int:
         return a.data.ptr
 
+    def _alone(self, send: Any, recv: Any) -> bool:
+        """One rank whose output is its input: nothing moves and nothing is launched (as NCCL at one rank);
+        the call still counts, and its snapshot replays as nothing."""
+        if self.size != 1 or send.data.ptr != recv.data.ptr:
+            return False
+        self._seq += 1
+        if self._pub is not None:
+            self._pub[_I_DEVSEQ] = self._seq
+        self.last = (NOTHING, "plain")
+        return True
+
     def all_reduce(self, send: Any, recv: Any, op: ReduceOp, stream: int, algo: str = "oneshot") -> None:
         """One kernel: 'oneshot' (every rank reduces all of it) or 'twoshot' (stripes, then a gather)."""
+        if self._alone(send, recv):
+            return
         nbytes = send.nbytes
         dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
         pkey = ("ar", dt, opid, nbytes, algo)
@@ -411,6 +434,8 @@ class CudaComm:
         self._go(plan[0], stream, "all_reduce", "plain")
 
     def reduce(self, send: Any, recv: Any, root: int, op: ReduceOp, stream: int) -> None:
+        if self._alone(send, recv):
+            return
         nbytes = send.nbytes
         dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
         plan = self._plan(("red", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
@@ -418,6 +443,8 @@ class CudaComm:
         self._go(plan[0], stream, "reduce", "plain")
 
     def reduce_scatter(self, send: Any, recv: Any, op: ReduceOp, stream: int) -> None:
+        if self._alone(send, recv):
+            return
         nbytes = recv.nbytes
         dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
         plan = self._plan(("rs", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
@@ -426,6 +453,8 @@ class CudaComm:
 
     def _copy_coll(self, what: str, send: Any, recv: Any, nbytes: int, stride: int, rstride: int, root: int,
                    stream: int) -> None:
+        if self._alone(send, recv):
+            return
         plan = self._plan(("copy", nbytes), "hp_copy_push", None, nbytes, "copy")
         self._set(self._ptr(send), self._ptr(recv), nbytes, stride, plan[1], root, rstride)
         self.rstride.value = rstride

@@ -235,6 +235,34 @@ def test_compiled_launch_replays(world):
     assert eng._seq == seq + 5 and float(x[0]) == comm.size ** 5
 
 
+def test_one_rank_in_place_moves_nothing(world):
+    """A communicator of one rank: in-place calls launch nothing, first call and snapshot replays alike (as
+    NCCL at one rank), and out-of-place calls still copy the input to the output."""
+    import cupy
+    comm, dev = world
+    solo = comm.split(comm.rank, 0)
+    try:
+        x = cupy.arange(1 << 20, dtype=cupy.float32)
+        ref = x.copy()
+        for _ in range(3):  # the 2nd and 3rd replay the snapshot
+            solo.all_reduce(x)
+            solo.broadcast(x)
+            solo.all_gather(x, x)
+            solo.reduce_scatter(x, x)
+        solo.all_reduce(x, op=AVG)
+        eng = solo._dev.engine
+        from hpccl.cuda_comm import NOTHING
+        assert eng is not None and eng.last[0] is NOTHING and NOTHING in eng._fast.values()
+        y = cupy.empty_like(x)
+        solo.all_reduce(x, y)
+        z = cupy.empty_like(x)
+        solo.all_gather(x, z)
+        solo.synchronize()
+        assert bool((x == ref).all()) and bool((y == ref).all()) and bool((z == ref).all())
+    finally:
+        solo.destroy()
+
+
 def test_force_drops_launch_snapshots(world):
     """A repeated call replays its launch snapshot, keyed by buffers; after Tuner.force picks another
     algorithm, the next call must run that algorithm, not replay the old one (the replay was the cause of
