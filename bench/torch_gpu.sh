@@ -4,6 +4,10 @@
 # FSDP2, against NCCL with one GPU per rank, gloo where ranks share a GPU) under mpirun and torchrun, torch's
 # own suite (its CUDA and DDP tests), and bench/torch_bench.py --device cuda --ddp. Logs go to $OUT.
 #   STAGES="tests backend torchrun suite bench"   pick stages; NP=2 ranks.
+#   mps       start CUDA MPS for the stages after it (ranks sharing the GPU run at once; stopped at the end)
+#   bench1    bench/torch_backends.py at world size 1 under torchrun: hpccl vs NCCL in one process, with
+#             torch.profiler tables of DDP steps (issue 22's measures)
+#   benchmps  bench/torch_backends.py at MPS_RANKS (2 4) ranks on one GPU, against gloo on CUDA tensors
 set -o pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -24,6 +28,13 @@ for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS 
   [ -n "${!v+x}" ] && MPIRUN="$MPIRUN -x $v"
 done
 rc=0
+if [[ " $STAGES " == *" mps "* ]]; then
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && echo "MPS: started" || { echo "MPS: could not start"; rc=1; }
+  trap 'echo quit | nvidia-cuda-mps-control' EXIT
+  MPIRUN="$MPIRUN -x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
+fi
 stage() { echo; echo "=== $1 ($(date -u +%T))"; }
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage "machine"
@@ -62,6 +73,20 @@ if has bench; then
   stage "bench/torch_bench.py --device cuda --ddp, $NP ranks"
   timeout ${T_BENCH:-240} $MPIRUN python3 -W ignore::FutureWarning bench/torch_bench.py --device cuda --ddp \
     -b 8 -e ${BENCH_MAX:-1G} -f 4 --json "$OUT/torch_bench_cuda.json" 2>&1 | grep -a -v "^\s*$" | tee "$OUT/torch_bench_cuda.txt" || rc=1
+fi
+if has bench1; then
+  stage "bench/torch_backends.py, world size 1 (torchrun): hpccl vs NCCL, DDP profiles"
+  env -u OMPI_COMM_WORLD_SIZE timeout ${T_BENCH1:-300} python3 -W ignore -m torch.distributed.run --standalone \
+    --nproc-per-node=1 bench/torch_backends.py --json "$OUT/torch_backends_1rank.json" --trace "$OUT/trace" 2>&1 \
+    | grep -a -v "^\s*$\|USDT\|Warning" | tee "$OUT/torch_backends_1rank.txt" || rc=1
+fi
+if has benchmps; then
+  for n in ${MPS_RANKS:-2 4}; do
+    stage "bench/torch_backends.py, $n ranks on one GPU (MPS): hpccl vs gloo on CUDA tensors"
+    timeout ${T_BENCHMPS:-200} ${MPIRUN/-n $NP/-n $n} -x CUDA_VISIBLE_DEVICES=0 python3 -W ignore bench/torch_backends.py \
+      --largest 1M --json "$OUT/torch_backends_${n}ranks_mps.json" 2>&1 | grep -a -v "^\s*$\|Warning" \
+      | tee "$OUT/torch_backends_${n}ranks_mps.txt" || rc=1
+  done
 fi
 stage "done rc=$rc"
 exit $rc

@@ -1,0 +1,221 @@
+"""torch.distributed on "hpccl" against NCCL (gloo where ranks share a GPU, or on CPU), both backends in one
+process and one run, calls interleaved: what issue 22 measures.
+
+Rows (median of REPS interleaved repetitions, from the slowest rank):
+  host_us      host time per synchronous dist.all_reduce (8 B), the loop timed by the host clock
+  b2b          back-to-back dist.all_reduce per size, timed by CUDA events on the caller's stream
+  sync         dist.all_reduce + torch.cuda.synchronize() per call, wall clock
+  inplace      in-place dist.all_reduce of 256 MiB (event timed)
+  ddp / fsdp   a training step of the 50M-parameter MLP (12 x Linear(2048, 2048) + GELU, batch 64) under
+               DistributedDataParallel / fully_shard (FSDP2), wall clock with a synchronize per step
+--trace DIR writes torch.profiler tables (and gzipped Chrome traces) of 3 DDP steps per backend.
+
+    torchrun --nproc-per-node=1 bench/torch_backends.py [--json out.json] [--trace DIR]
+    mpirun -n 4 python bench/torch_backends.py          (ranks share one GPU: against gloo, under MPS)
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import gzip
+import json
+import os
+import shutil
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+import hpccl.torch as ht
+
+REPS = 5
+
+
+def _slowest(v: float, cpu_group: object) -> float:
+    x = torch.tensor([v], dtype=torch.float64)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX, group=cpu_group)
+    return x.item()
+
+
+def _events(fn, iters: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / iters
+
+
+def _host(fn, iters: int, cuda: bool) -> float:
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    dt = (time.perf_counter() - t0) / iters
+    if cuda:
+        torch.cuda.synchronize()
+    return dt
+
+
+def _sync(fn, iters: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+        torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def _mlp(dev: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers = [m for _ in range(12) for m in (torch.nn.Linear(2048, 2048), torch.nn.GELU())]
+    return torch.nn.Sequential(*layers).to(dev)
+
+
+class _Trainer:
+    """A DDP or FSDP2 step of the MLP on one group (built once, timed per repetition)."""
+
+    def __init__(self, kind: str, group: object, dev: str) -> None:
+        model = _mlp(dev)
+        if kind == "ddp":
+            self.model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+        else:
+            from torch.distributed.device_mesh import DeviceMesh
+            from torch.distributed.fsdp import fully_shard
+            mesh = DeviceMesh.from_group(group, dev.split(":")[0])
+            for m in model:
+                if isinstance(m, torch.nn.Linear):
+                    fully_shard(m, mesh=mesh)
+            self.model = fully_shard(model, mesh=mesh)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
+        self.x = torch.randn(64, 2048, device=dev, generator=torch.Generator(dev).manual_seed(1))
+        self.cuda = dev.startswith("cuda")
+
+    def step(self) -> None:
+        self.opt.zero_grad(set_to_none=False)
+        self.model(self.x).square().mean().backward()
+        self.opt.step()
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def _sizes(lo: int, hi: int, f: int) -> list:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= f
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--largest", default="16M", help="largest all_reduce of the per-size rows")
+    p.add_argument("--steps", type=int, default=10, help="timed training steps per repetition")
+    p.add_argument("--no-train", action="store_true")
+    p.add_argument("--json", default="")
+    p.add_argument("--trace", default="", help="directory for profiler tables of DDP steps")
+    a = p.parse_args()
+    cuda = a.device == "cuda"
+    torch.set_num_threads(1)
+    init = {}
+    launched_by_mpi = "RANK" not in os.environ
+    if cuda:
+        local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(local % torch.cuda.device_count())
+        init["device_id"] = torch.device("cuda", torch.cuda.current_device())
+    if launched_by_mpi:
+        ht.init_process_group(**init)
+    else:
+        dist.init_process_group("hpccl", **init)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    dev = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
+    base = "nccl" if cuda and n <= torch.cuda.device_count() else "gloo"
+    cpu_group = dist.new_group(backend="gloo")
+    groups = {"hpccl": dist.group.WORLD, base: cpu_group if base == "gloo" else dist.new_group(backend=base)}
+    out: dict = dict(ranks=n, torch=torch.__version__, baseline=base, device=a.device,
+                     gpu=torch.cuda.get_device_name() if cuda else "", date=time.strftime("%Y-%m-%d"), rows=[])
+
+    def measure(label: str, make, timer) -> dict:
+        res: dict = {}
+        for _ in range(REPS):
+            for name, g in groups.items():  # interleaved: both libraries see the same machine state
+                fn = make(g)
+                fn()
+                if cuda:
+                    torch.cuda.synchronize()
+                dist.barrier(group=cpu_group)
+                res.setdefault(name, []).append(timer(fn))
+        tm = {k: _slowest(statistics.median(v), cpu_group) for k, v in res.items()}
+        spread = {k: (min(v), max(v)) for k, v in res.items()}
+        row = dict(measure=label, hpccl_us=tm["hpccl"] * 1e6, base_us=tm[base] * 1e6,
+                   ratio=tm["hpccl"] / tm[base], hpccl_range_us=[x * 1e6 for x in spread["hpccl"]],
+                   base_range_us=[x * 1e6 for x in spread[base]])
+        out["rows"].append(row)
+        if rank == 0:
+            print(f"{label:<34} {row['hpccl_us']:>11.1f} {row['base_us']:>11.1f} {row['ratio']:>7.2f}", flush=True)
+        return row
+
+    if rank == 0:
+        print(f"# torch {torch.__version__}, {n} rank(s), {out['gpu'] or 'CPU'}: hpccl vs {base}, fp32 sum, "
+              f"median of {REPS} interleaved repetitions, slowest rank", flush=True)
+        print(f"{'measure':<34} {'hpccl us':>11} {base + ' us':>11} {'ratio':>7}", flush=True)
+    t8 = torch.zeros(2, device=dev)
+    measure("host time per call, 8 B", lambda g: (lambda: dist.all_reduce(t8, group=g)),
+            lambda fn: _host(fn, 2000, cuda))
+    for size in _sizes(8, int(float(a.largest.rstrip("MK")) * (1 << 20 if a.largest.endswith("M") else 1 << 10)), 16):
+        t = torch.zeros(max(1, size // 4), device=dev)
+        iters = max(20, min(1000, int(4e9 / size))) if cuda else max(5, min(500, int(2e7 / size)))
+        if cuda:
+            measure(f"back-to-back, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
+                    lambda fn, it=iters: _events(fn, it))
+            measure(f"+ synchronize, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
+                    lambda fn, it=max(20, iters // 4): _sync(fn, it))
+        else:
+            measure(f"all_reduce, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
+                    lambda fn, it=iters: _host(fn, it, False))
+    if cuda:
+        big = torch.zeros(64 << 20, device=dev)
+        measure("in place, 256 MiB", lambda g: (lambda: dist.all_reduce(big, group=g)), lambda fn: _events(fn, 20))
+        del big
+    if not a.no_train:
+        kinds = ["ddp"] + (["fsdp"] if base != "gloo" or not cuda else [])
+        for kind in kinds:
+            trainers = {name: _Trainer(kind, g, dev) for name, g in groups.items()}
+            measure(f"{kind} step, 50M MLP", lambda g: trainers[next(k for k, v in groups.items() if v is g)].step,
+                    lambda fn: _host(fn, a.steps, False))
+            if a.trace and kind == "ddp":
+                _trace(trainers, a.trace, rank, cuda)
+            del trainers
+            gc.collect()
+    if rank == 0 and a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    dist.barrier(group=cpu_group)
+    dist.destroy_process_group()
+    gc.collect()
+
+
+def _trace(trainers: dict, where: str, rank: int, cuda: bool) -> None:
+    """torch.profiler of 3 steps per backend: a table by self CUDA (or CPU) time, and the Chrome trace."""
+    from torch.profiler import ProfilerActivity, profile
+    os.makedirs(where, exist_ok=True)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for name, tr in trainers.items():
+        tr.step()
+        with profile(activities=acts) as prof:
+            for _ in range(3):
+                tr.step()
+        if rank == 0:
+            key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+            with open(os.path.join(where, f"ddp_{name}.txt"), "w") as f:
+                f.write(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
+            tmp = os.path.join(where, f"ddp_{name}.json")
+            prof.export_chrome_trace(tmp)
+            with open(tmp, "rb") as src, gzip.open(tmp + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.remove(tmp)
+
+
+if __name__ == "__main__":
+    main()
