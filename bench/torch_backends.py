@@ -115,6 +115,7 @@ def main() -> None:
     p.add_argument("--no-train", action="store_true")
     p.add_argument("--json", default="")
     p.add_argument("--trace", default="", help="directory for profiler tables of DDP steps")
+    p.add_argument("--probe", action="store_true", help="time hpccl's Python inside DDP steps (per call)")
     a = p.parse_args()
     cuda = a.device == "cuda"
     torch.set_num_threads(1)
@@ -163,6 +164,9 @@ def main() -> None:
     t8 = torch.zeros(2, device=dev)
     measure("host time per call, 8 B", lambda g: (lambda: dist.all_reduce(t8, group=g)),
             lambda fn: _host(fn, 2000, cuda))
+    measure("async + get_future + wait, 8 B",  # DDP's path per bucket (its reducer calls from C++)
+            lambda g: (lambda: dist.all_reduce(t8, group=g, async_op=True).get_future().wait()),
+            lambda fn: _host(fn, 1000, cuda))
     for size in _sizes(8, int(float(a.largest.rstrip("MK")) * (1 << 20 if a.largest.endswith("M") else 1 << 10)), 16):
         t = torch.zeros(max(1, size // 4), device=dev)
         iters = max(20, min(1000, int(4e9 / size))) if cuda else max(5, min(500, int(2e7 / size)))
@@ -186,6 +190,8 @@ def main() -> None:
                     lambda fn: _host(fn, a.steps, False))
             if a.trace and kind == "ddp":
                 _trace(trainers, a.trace, rank, cuda)
+            if a.probe and kind == "ddp":
+                _probe(trainers, a.steps, rank)
             del trainers
             gc.collect()
     if rank == 0 and a.json:
@@ -194,6 +200,58 @@ def main() -> None:
     dist.barrier(group=cpu_group)
     dist.destroy_process_group()
     gc.collect()
+
+
+def _probe(trainers: dict, steps: int, rank: int) -> None:
+    """Where hpccl's DDP step time goes: host time inside its allreduce, Work.get_future and torch's
+    _extract_tensors (which pickles a Python future's value to find its tensors), per call; then the step
+    with _extract_tensors short-cut for lists of tensors, beside the baseline's step."""
+    import torch._jit_internal as ji
+    from hpccl.torch.process_group import HpcclProcessGroup
+    from hpccl.torch.work import Work
+    spent: dict = {}
+
+    def timed(owner, name):
+        orig = getattr(owner, name)
+
+        def wrapper(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return orig(*args, **kw)
+            finally:
+                s = spent.setdefault(name, [0, 0.0])
+                s[0] += 1
+                s[1] += time.perf_counter() - t0
+        setattr(owner, name, wrapper)
+        return orig
+
+    def steps_of(tr) -> float:
+        tr.step()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tr.step()
+        return (time.perf_counter() - t0) / steps
+    hp, base = trainers["hpccl"], next(v for k, v in trainers.items() if k != "hpccl")
+    saved = [(o, n, timed(o, n)) for o, n in ((HpcclProcessGroup, "allreduce"), (Work, "get_future"),
+                                              (ji, "_extract_tensors"))]
+    step = steps_of(hp)
+    for owner, name, orig in saved:
+        setattr(owner, name, orig)
+    orig = ji._extract_tensors
+
+    def fast(obj):
+        if type(obj) is list and all(isinstance(t, torch.Tensor) for t in obj):
+            return list(obj)
+        return orig(obj)
+    ji._extract_tensors = fast
+    short = steps_of(hp)
+    ji._extract_tensors = orig
+    plain, other = steps_of(hp), steps_of(base)
+    if rank == 0:
+        print(f"# probe: hpccl DDP step {step * 1e6:.0f} us timed, {plain * 1e6:.0f} us plain, "
+              f"{short * 1e6:.0f} us with _extract_tensors short-cut; baseline {other * 1e6:.0f} us; inside, per "
+              "step: " + ", ".join(f"{k} {v[0] / (steps + 1):.1f} x {v[1] / max(v[0], 1) * 1e6:.1f} us"
+                                   for k, v in spent.items()), flush=True)
 
 
 def _trace(trainers: dict, where: str, rank: int, cuda: bool) -> None:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 from .. import Communicator, log
 from ..errors import HpcclError, HpcclInvalidArgument, HpcclUnsupported
 from .options import as_list, asynchronous, flat, is_premul, options, reduce_op, scaled, splits
-from .work import Side, Work
+from .work import Side, Work, on_stream
 
 BACKEND = "hpccl"
 Fn = Callable[[Optional[int]], None]  # runs hpccl's call(s) on a stream handle (None: host tensors)
@@ -68,12 +68,11 @@ class HpcclProcessGroup(dist.ProcessGroup):
             if x.is_cuda:
                 x.record_stream(side.stream)  # not reused by the caller's stream while hpccl's still reads it
         if temps:
-            cur = torch.cuda.current_stream(idx)
-            torch.cuda.set_stream(side.stream)
+            prev = on_stream(side.ids)
             try:
                 fn(side.h)
             finally:
-                torch.cuda.set_stream(cur)
+                on_stream(prev)
         else:
             fn(side.h)
         return Work(result, side, idx)

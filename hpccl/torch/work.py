@@ -8,6 +8,14 @@ import torch
 import torch.distributed as dist
 
 
+def on_stream(ids: tuple) -> tuple:
+    """Make the stream ``ids`` (stream_id, device_index, device_type) current on its device; returns the one
+    it replaced. torch.cuda.stream()'s context manager costs tens of us per call from Python."""
+    prev = torch._C._cuda_getCurrentStream(ids[1])
+    torch._C._cuda_setStream(stream_id=ids[0], device_index=ids[1], device_type=ids[2])
+    return prev
+
+
 class Side:
     """A group's CUDA resources on one device: hpccl's stream, the event that joins it to the caller's
     stream, and a ring of completion events (a Work waited on after its event was re-recorded waits for
@@ -20,6 +28,8 @@ class Side:
         self.drv = Driver.get()
         self.stream = torch.cuda.Stream(device=idx)
         self.h = int(self.stream.cuda_stream)
+        self.ids = (self.stream.stream_id, self.stream.device_index, self.stream.device_type)
+        self.device = torch.device("cuda", idx)
         with torch.cuda.device(idx):
             self.join = self.drv.event()
             self.ring = [self.drv.event() for _ in range(self.RING)]
@@ -82,7 +92,10 @@ class Work(dist._Work):
             fut: torch.futures.Future = torch.futures.Future()
             fut.set_result(self._result)
             return fut
-        fut = torch.futures.Future(devices=[self._device])
-        with torch.cuda.stream(self._side.stream):  # its completion event is recorded after this Work's
+        fut = torch.futures.Future(devices=[self._side.device])
+        prev = on_stream(self._side.ids)  # its completion event is recorded after this Work's
+        try:
             fut.set_result(self._result)
+        finally:
+            on_stream(prev)
         return fut
