@@ -112,7 +112,7 @@ def main() -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--largest", default="16M", help="largest all_reduce of the per-size rows")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per repetition")
-    p.add_argument("--no-train", action="store_true")
+    p.add_argument("--train", default="ddp,fsdp", help="training steps to time (comma list; empty: none)")
     p.add_argument("--json", default="")
     p.add_argument("--trace", default="", help="directory for profiler tables of DDP steps")
     p.add_argument("--probe", action="store_true", help="time hpccl's Python inside DDP steps (per call)")
@@ -182,8 +182,8 @@ def main() -> None:
         big = torch.zeros(64 << 20, device=dev)
         measure("in place, 256 MiB", lambda g: (lambda: dist.all_reduce(big, group=g)), lambda fn: _events(fn, 20))
         del big
-    if not a.no_train:
-        kinds = ["ddp"] + (["fsdp"] if base != "gloo" or not cuda else [])
+    kinds = [k for k in a.train.split(",") if k and (k != "fsdp" or base != "gloo" or not cuda)]
+    if kinds:  # FSDP2 needs reduce_scatter, which gloo lacks on CUDA tensors
         for kind in kinds:
             trainers = {name: _Trainer(kind, g, dev) for name, g in groups.items()}
             measure(f"{kind} step, 50M MLP", lambda g: trainers[next(k for k, v in groups.items() if v is g)].step,
