@@ -186,8 +186,7 @@ def main() -> None:
     if kinds:  # FSDP2 needs reduce_scatter, which gloo lacks on CUDA tensors
         for kind in kinds:
             trainers = {name: _Trainer(kind, g, dev) for name, g in groups.items()}
-            measure(f"{kind} step, 50M MLP", lambda g: trainers[next(k for k, v in groups.items() if v is g)].step,
-                    lambda fn: _host(fn, a.steps, False))
+            _steps(f"{kind} step, 50M MLP", trainers, a.steps * REPS, out, base, cpu_group, rank)
             if a.trace and kind == "ddp":
                 _trace(trainers, a.trace, rank, cuda)
             if a.probe and kind == "ddp":
@@ -200,6 +199,31 @@ def main() -> None:
     dist.barrier(group=cpu_group)
     dist.destroy_process_group()
     gc.collect()
+
+
+def _steps(label: str, trainers: dict, count: int, out: dict, base: str, cpu_group: object, rank: int) -> None:
+    """Training steps alternated one by one between the backends (a drifting clock or GPU state then
+    affects both alike); the median step per backend, from the slowest rank, and the spread."""
+    times: dict = {name: [] for name in trainers}
+    for tr in trainers.values():
+        for _ in range(3):
+            tr.step()
+    dist.barrier(group=cpu_group)
+    for _ in range(count):
+        for name, tr in trainers.items():
+            t0 = time.perf_counter()
+            tr.step()
+            times[name].append(time.perf_counter() - t0)
+    tm = {k: _slowest(statistics.median(v), cpu_group) for k, v in times.items()}
+    q = {k: (sorted(v)[len(v) // 10], sorted(v)[-1 - len(v) // 10]) for k, v in times.items()}
+    row = dict(measure=label, hpccl_us=tm["hpccl"] * 1e6, base_us=tm[base] * 1e6, ratio=tm["hpccl"] / tm[base],
+               hpccl_range_us=[x * 1e6 for x in q["hpccl"]], base_range_us=[x * 1e6 for x in q[base]],
+               steps=count)
+    out["rows"].append(row)
+    if rank == 0:
+        print(f"{label:<34} {row['hpccl_us']:>11.1f} {row['base_us']:>11.1f} {row['ratio']:>7.2f}   (median of "
+              f"{count} alternated steps; 10-90%: hpccl {q['hpccl'][0] * 1e6:.0f}-{q['hpccl'][1] * 1e6:.0f}, "
+              f"{base} {q[base][0] * 1e6:.0f}-{q[base][1] * 1e6:.0f})", flush=True)
 
 
 def _probe(trainers: dict, steps: int, rank: int) -> None:

@@ -18,8 +18,9 @@
    older than its timeout is cancelled and named with the ranks it still waits for. abort() fails
    everything in flight. A failed batch still writes its done word, so no stream stays blocked.
 
-   tag = sender rank << 40 | 40 bits: eager (bit 39 clear) a per-pair sequence number; graph (bit 39 set)
-   template id (16 bits) | replay (16 bits) | index among this batch's messages to that peer (7 bits);
+   tag = sender rank << 40 | 40 bits: eager (bit 39 clear) bit 38 set for the user's point-to-point messages
+   (what probe() and a receive from any source match) | a per-pair sequence number (38 bits); graph (bit 39
+   set) template id (16 bits) | replay (16 bits) | index among this batch's messages to that peer (7 bits);
    all 40 bits set is the control tag (abort, survey). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

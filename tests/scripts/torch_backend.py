@@ -199,6 +199,28 @@ if DEV == "cuda":
     check("cuda async value", torch.equal(t, allsum))
     fut = dist.all_reduce(t, async_op=True).get_future()
     check("cuda get_future value", torch.equal(fut.wait()[0], 2 * allsum if n == 1 else n * allsum))
+    # a synchronous call runs on the caller's stream: on a side stream it is ordered after that stream's
+    # work, and a CUDA graph captures it (replays reduce again)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        s = data(rank)
+        torch.cuda._sleep(int(1e8))
+        dist.all_reduce(s)
+        s.mul_(2)
+    torch.cuda.current_stream().wait_stream(side)
+    check("cuda synchronous call on the caller's (side) stream", torch.equal(s, 2 * allsum))
+    gt = data(rank)
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        dist.all_reduce(gt)
+    torch.cuda.synchronize()
+    gt.copy_(data(rank))
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    check("cuda graph replays a captured dist.all_reduce", torch.equal(gt, n * allsum))
     try:  # input on the CPU, output on the GPU: refused, naming the argument, before anything moves
         out = torch.zeros(n * 5)
         dist.all_gather_into_tensor(out, torch.ones(5, device="cpu"))
