@@ -77,7 +77,7 @@ fi
 if has bench1; then
   stage "bench/torch_backends.py, world size 1 (torchrun): hpccl vs NCCL, DDP profiles"
   env -u OMPI_COMM_WORLD_SIZE timeout ${T_BENCH1:-300} python3 -W ignore -m torch.distributed.run --standalone \
-    --nproc-per-node=1 bench/torch_backends.py --json "$OUT/torch_backends_1rank.json" --trace "$OUT/trace" 2>&1 \
+    --nproc-per-node=1 bench/torch_backends.py --json "$OUT/torch_backends_1rank.json" --trace "$OUT/trace" --probe 2>&1 \
     | grep -a -v "^\s*$\|USDT\|Warning" | tee "$OUT/torch_backends_1rank.txt" || rc=1
 fi
 if has benchmps; then
