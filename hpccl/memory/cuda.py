@@ -242,7 +242,10 @@ class DeviceMemory:
         if isinstance(stream, int) and not isinstance(stream, bool):
             h = stream
             from ..kernels import Driver
-            dev = Driver.get().stream_device(h)
+            drv = Driver.get()
+            # cuStreamGetDevice invalidates a capture in progress on that stream: a capturing stream is
+            # checked by the launch itself (a stream of another GPU's context fails it)
+            dev = None if drv.capturing(h) else drv.stream_device(h)
         elif getattr(stream, "ptr", None) is not None:  # CuPy
             h, dev = int(stream.ptr), getattr(stream, "device_id", None)
         elif getattr(stream, "cuda_stream", None) is not None:  # torch
