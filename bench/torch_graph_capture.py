@@ -6,6 +6,8 @@ ranks sharing one (MPS).
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -13,7 +15,8 @@ import hpccl.torch as ht
 
 
 def main() -> None:
-    torch.cuda.set_device(0 if torch.cuda.device_count() == 1 else dist.get_rank() if dist.is_initialized() else 0)
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(local % torch.cuda.device_count())
     ht.init_process_group(device_id=torch.device("cuda", torch.cuda.current_device()))
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.set_default_device("cuda")
