@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 import hpccl.torch as ht
+from torch_bench import _timed  # bench/ is the script's directory
 
 REPS = 5
 
@@ -39,13 +40,7 @@ def _slowest(v: float, cpu_group: object) -> float:
 
 
 def _events(fn, iters: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / 1e3 / iters
+    return _timed(fn, iters, True)  # CUDA events on the caller's stream
 
 
 def _host(fn, iters: int, cuda: bool) -> float:
