@@ -127,6 +127,19 @@ def test_root_and_peer_out_of_range(comm):
         assert _arg(e) == "peer"
 
 
+def test_recv_any_bad_use(comm):
+    """Receive from any source: refused inside group() (its sender is known only when it runs) and into a
+    read-only buffer, before anything is received; the GPU refusal is in tests/gpu (no GPU needed here)."""
+    with pytest.raises(hpccl.HpcclInvalidUsage, match="group"):
+        with comm.group():
+            comm.recv_any(np.empty(3))
+    ro = np.zeros(3)
+    ro.flags.writeable = False
+    with pytest.raises(HpcclInvalidArgument) as e:
+        comm.recv_any(ro)
+    assert _arg(e) == "buf"
+
+
 def test_register_takes_gpu_buffers_only(comm):
     """comm.register of host memory is refused, naming the argument, before anything (no GPU needed); the
     GPU cases are in tests/gpu/test_registered.py."""

@@ -1,5 +1,5 @@
 """Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
-(tests/test_sanitizers.py): messages, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
+(tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
 reposted from another thread (as CUDA's host-function thread does), abort, control messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
@@ -36,6 +36,21 @@ for _ in range(200):  # caller-driven and thread-driven progress interleave
     r, s = b.recv(0, y), a.send(1, x)
     assert r.wait(10) and s.wait(10)
 assert np.array_equal(x, y)
+# receive from any source: a peer's point-to-point message is seen by probe(), from another thread than
+# the one that sent it, while the engine thread progresses; a collective's message (no p2p flag) is not
+sender = threading.Thread(target=lambda: [a.send(1, x, 0.0, True).wait(10) for _ in range(20)])
+sender.start()
+for _ in range(20):
+    assert until(lambda: b.probe(0))
+    r = b.recv(0, y, 0.0, True)
+    assert r.wait(10)
+sender.join()
+assert not b.probe(0)
+s = a.send(1, x)  # a collective's message: not a point-to-point one
+time.sleep(0.05)
+assert not b.probe(0)
+r = b.recv(0, y)
+assert r.wait(10) and s.wait(10) and np.array_equal(x, y)
 
 def hot_calls(h, rank, out):
     """The compiled path across nodes (NetHot), each rank on its own thread: its caller-driven progress
