@@ -290,6 +290,29 @@ check(f"ddp parameters equal {REF}'s", all(torch.equal(a, b) if n <= 2 else torc
                                            for a, b in zip(p_h, p_g)))
 
 
+def train_hooked(group, hook):
+    """DDP with a communication hook (torch's own, written against async all_reduce and its future)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to(DEV)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+    ddp.register_comm_hook(group or dist.group.WORLD, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    for x, y in batches(500 + rank, 8):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
+
+for name, hook in (("allreduce_hook", default_hooks.allreduce_hook),
+                   ("fp16_compress_hook", default_hooks.fp16_compress_hook)):
+    a, b = train_hooked(None, hook), train_hooked(ref, hook)
+    check(f"ddp with {name} equal to {REF}'s", all(torch.equal(x, y) if n <= 2 else torch.allclose(x, y, rtol=1e-3, atol=1e-4)
+                                                  for x, y in zip(a, b)))
+
+
 def train_fsdp(group):
     """FSDP2 (fully_shard) on a DeviceMesh over the group: 10 steps."""
     from torch.distributed.device_mesh import DeviceMesh
