@@ -521,6 +521,10 @@ class Communicator:
             exc = HpcclRemoteError(f"{coll} #{self._seq}: {exc.message}", exc.rank, coll, self._seq, exc.awaited)
         if self.parent_ranks is not None:
             return self._in_parent(exc)
+        if type(exc) is HpcclInvalidUsage and not exc.message.startswith(f"{coll} #"):
+            # met while the call ran (a peer's message of another size): the call is named, as the compiled
+            # path names it
+            exc = HpcclInvalidUsage(f"{coll} #{self._seq}: {exc.message}")
         return self._as_call(exc, coll)
 
     def _as_call(self, exc: HpcclError, coll: str) -> HpcclError:
