@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from .. import Communicator, log
 from ..errors import HpcclError, HpcclInvalidArgument, HpcclUnsupported
+from ..ops import SUM
 from .options import as_list, asynchronous, flat, is_premul, options, reduce_op, scaled, splits
 from .work import Side, Work, on_stream
 
@@ -190,6 +191,10 @@ class HpcclProcessGroup(dist.ProcessGroup):
         tensors, opts = as_list(tensors), options(opts, dist.AllreduceOptions)
         op, factor = reduce_op(opts)
         comm = self.comm
+        if any(t.is_sparse for t in tensors):
+            for t in tensors:
+                self._sparse_ok(t, op, factor)
+            return self._collective(opts, [], lambda h: [self._sparse_allreduce(t) for t in tensors], tensors)
 
         def go(h: Optional[int]) -> None:
             for t in tensors:
@@ -198,6 +203,39 @@ class HpcclProcessGroup(dist.ProcessGroup):
                     x.mul_(factor)  # in place: the tensor is the output too
                 comm.all_reduce(x, op=op, stream=h)
         return self._collective(opts, tensors, go, tensors, temps=factor is not None)
+
+    @staticmethod
+    def _sparse_ok(t: torch.Tensor, op: Any, factor: Optional[float]) -> None:
+        """Sparse all_reduce as gloo has it: COO tensors on the CPU, summed."""
+        if not t.is_sparse or t.layout != torch.sparse_coo:
+            raise HpcclInvalidArgument("tensors", "sparse and dense tensors cannot be all-reduced in one call")
+        if t.is_cuda:
+            raise HpcclUnsupported("all_reduce of sparse CUDA tensors: hpccl reduces sparse tensors on the CPU "
+                                   "(as gloo does); move it with t.cpu(), or pass t.to_dense()")
+        if op is not SUM or factor is not None:
+            raise HpcclInvalidArgument("op", "sparse tensors are all-reduced with SUM only (as gloo)")
+
+    def _sparse_allreduce(self, t: torch.Tensor) -> None:
+        """Every rank's indices and values, gathered (padded to the largest count), then summed by
+        coalescing; the result replaces ``t`` in place, coalesced, as gloo's does."""
+        c, n = t.coalesce(), self.size()
+        idx, val = c.indices(), c.values()
+        nnz = idx.shape[1]
+        counts = torch.empty(n, dtype=torch.int64)
+        self.comm.all_gather(torch.tensor([nnz], dtype=torch.int64), counts)
+        most = max(1, int(counts.max()))
+        pidx = torch.zeros((idx.shape[0], most), dtype=torch.int64)
+        pidx[:, :nnz] = idx
+        pval = torch.zeros((most, *val.shape[1:]), dtype=val.dtype)
+        pval[:nnz] = val
+        gidx = torch.empty((n, *pidx.shape), dtype=torch.int64)
+        gval = torch.empty((n, *pval.shape), dtype=val.dtype)
+        self.comm.all_gather(pidx, gidx)
+        self.comm.all_gather(pval, gval)
+        k = counts.tolist()
+        out = torch.sparse_coo_tensor(torch.cat([gidx[r][:, :k[r]] for r in range(n)], 1),
+                                      torch.cat([gval[r][:k[r]] for r in range(n)], 0), t.shape)
+        t.copy_(out.coalesce())
 
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         return self.allreduce(tensors, opts)
