@@ -35,10 +35,6 @@ def reduce_op(opts: Any) -> Tuple[Any, Optional[float]]:
                                      "AVG, PREMUL_SUM)")
 
 
-def is_premul(opts: Any) -> bool:
-    return getattr(opts.reduceOp, "op", opts.reduceOp) == _T.PREMUL_SUM
-
-
 def scaled(t: torch.Tensor, factor: Optional[float]) -> torch.Tensor:
     """The input a premul sum reduces: a scaled copy (the caller's input is never changed)."""
     return t if factor is None else t * factor

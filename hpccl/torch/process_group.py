@@ -13,7 +13,7 @@ import torch.distributed as dist
 from .. import Communicator, log
 from ..errors import HpcclError, HpcclInvalidArgument, HpcclUnsupported
 from ..ops import SUM
-from .options import as_list, asynchronous, flat, is_premul, options, reduce_op, scaled, splits
+from .options import as_list, asynchronous, flat, options, reduce_op, scaled, splits
 from .work import Side, Work, on_stream
 
 BACKEND = "hpccl"
