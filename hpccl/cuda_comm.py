@@ -301,11 +301,15 @@ class CudaComm:
             if rc:
                 raise HpcclSystemError(f"{what}: cuLaunchKernel failed: {self.driver.error_name(rc)}")
         self._mark(stream)
+        self._count()
+        self._what = what
+        self.last = (ln, kind)
+
+    def _count(self) -> None:
+        """One more call of this rank, published for peers that look for a rank that never launched."""
         self._seq += 1
         if self._pub is not None:
             self._pub[_I_DEVSEQ] = self._seq
-        self._what = what
-        self.last = (ln, kind)
 
     def _set(self, send: int, recv: int, nbytes: int, stride: int, chunk: int, root: int,
              extra_align: int = 0) -> None:
@@ -360,9 +364,7 @@ class CudaComm:
         if ln is None or not self._live or self._err.value:
             return False
         if ln is NOTHING:
-            self._seq += 1
-            if self._pub is not None:
-                self._pub[_I_DEVSEQ] = self._seq
+            self._count()
             return True
         st = key[-1]
         if st != self._last_stream:
@@ -376,9 +378,7 @@ class CudaComm:
             if ln(st):
                 return False
             self._mark(st)
-        self._seq += 1
-        if self._pub is not None:
-            self._pub[_I_DEVSEQ] = self._seq
+        self._count()
         return True
 
     def remember(self, key: Optional[tuple]) -> None:
@@ -408,9 +408,7 @@ class CudaComm:
         the call still counts, and its snapshot replays as nothing."""
         if self.size != 1 or send.data.ptr != recv.data.ptr:
             return False
-        self._seq += 1
-        if self._pub is not None:
-            self._pub[_I_DEVSEQ] = self._seq
+        self._count()
         self.last = (NOTHING, "plain")
         return True
 

@@ -49,12 +49,10 @@ class Primitives:
                 else:
                     self.mem.reduce(buf, buf if src is None else src, incoming, op)
             else:
-                pending.append(self._transport_of[peer].irecv(peer, buf, op, src, p2p) if p2p else
-                               self._transport_of[peer].irecv(peer, buf, op, src))
+                pending.append(self._transport_of[peer].irecv(peer, buf, op, src, p2p))
         for peer, buf in sends:
             if peer != self.rank:
-                pending.append(self._transport_of[peer].isend(peer, buf, p2p) if p2p else
-                               self._transport_of[peer].isend(peer, buf))
+                pending.append(self._transport_of[peer].isend(peer, buf, p2p))
         def ready() -> bool:
             nonlocal pending
             pending = [r for r in pending if not r.test()]  # test every request: they may depend on each other

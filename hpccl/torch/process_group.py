@@ -34,7 +34,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     # ----- the core -------------------------------------------------------------------------------
     def _collective(self, opts: Any, tensors: Sequence[torch.Tensor], fn: Fn, result: Any,
-                    temps: bool = False) -> Any:
+                    temps: bool = False, name: Optional[str] = None) -> Any:
         """Run ``fn`` as torch expects of a backend, as ProcessGroupNCCL does:
         - host tensors complete inside the call;
         - a synchronous CUDA call (asyncOp false) is enqueued on the caller's current stream: no events, no
@@ -44,9 +44,9 @@ class HpcclProcessGroup(dist.ProcessGroup):
           stream back (no host sync). ``temps``: fn makes torch temporaries, which then belong to hpccl's
           stream.
         Bad input and hpccl's timeouts raise from the call. Under torch.profiler the call is a range named
-        "hpccl:<the torch method>"."""
+        "hpccl:<the torch method>" (``name``, else the method that called)."""
         if _autograd_profiler._is_profiler_enabled:
-            with torch.profiler.record_function("hpccl:" + sys._getframe(1).f_code.co_name):
+            with torch.profiler.record_function("hpccl:" + (name or sys._getframe(1).f_code.co_name)):
                 return self._launch(opts, tensors, fn, result, temps)
         return self._launch(opts, tensors, fn, result, temps)
 
@@ -77,6 +77,14 @@ class HpcclProcessGroup(dist.ProcessGroup):
         else:
             fn(side.h)
         return Work(result, side, idx)
+
+    def _pairs(self, opts: Any, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], result: Any,
+               run: Callable[[torch.Tensor, torch.Tensor, Optional[int]], None], temps: bool = False,
+               name: Optional[str] = None) -> Any:
+        """An op that pairs each output with its input (its single and coalesced forms), through the core;
+        the profiler range is named after the torch method that called."""
+        return self._collective(opts, [*outputs, *inputs], lambda h: [run(o, i, h) for o, i in zip(outputs, inputs)],
+                                result, temps, name or sys._getframe(1).f_code.co_name)
 
     def _bind(self, idx: int) -> Side:
         """The group's first call on GPU ``idx``: the communicator's GPU is its tensors' (torch's LOCAL_RANK
@@ -268,20 +276,20 @@ class HpcclProcessGroup(dist.ProcessGroup):
                                 output_tensors, temps=True)
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        return self.reduce_scatter_single_coalesced([output], [input], opts)
+        return self._reduce_scatter_pairs([output], [input], opts, output, "reduce_scatter_single")
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                         opts: Any = None) -> Any:
+        return self._reduce_scatter_pairs(outputs, inputs, opts, list(outputs), "reduce_scatter_single_coalesced")
+
+    def _reduce_scatter_pairs(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor], opts: Any,
+                              result: Any, name: str) -> Any:
         opts = opts or dist.ReduceScatterOptions()
         op, factor = reduce_op(opts)
-
-        def go(h: Optional[int]) -> None:
-            for o, i in zip(outputs, inputs):
-                self.comm.reduce_scatter(scaled(flat(i, "input"), factor), flat(o, "output"), op=op, stream=h)
-        result = outputs[0] if len(outputs) == 1 and isinstance(outputs, list) else list(outputs)
-        return self._collective(opts, [*outputs, *inputs], go, result, temps=factor is not None)
+        return self._pairs(opts, outputs, inputs, result, lambda o, i, h: self.comm.reduce_scatter(
+            scaled(flat(i, "input"), factor), flat(o, "output"), op=op, stream=h), factor is not None, name)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -329,17 +337,16 @@ class HpcclProcessGroup(dist.ProcessGroup):
                                 output_lists, temps=True)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> Any:
-        return self.all_gather_single_coalesced([output], [input], opts)
+        return self._pairs(opts, [output], [input], output, self._all_gather_pair)
 
     _allgather_base = all_gather_single
 
     def all_gather_single_coalesced(self, outputs: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor],
                                     opts: Any = None) -> Any:
-        def go(h: Optional[int]) -> None:
-            for o, i in zip(outputs, inputs):
-                self.comm.all_gather(flat(i, "input_tensor"), flat(o, "output_tensor"), stream=h)
-        result = outputs[0] if len(outputs) == 1 and isinstance(outputs, list) else list(outputs)
-        return self._collective(opts, [*outputs, *inputs], go, result)
+        return self._pairs(opts, outputs, inputs, list(outputs), self._all_gather_pair)
+
+    def _all_gather_pair(self, o: torch.Tensor, i: torch.Tensor, h: Optional[int]) -> None:
+        self.comm.all_gather(flat(i, "input_tensor"), flat(o, "output_tensor"), stream=h)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 

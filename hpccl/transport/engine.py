@@ -226,7 +226,7 @@ class EngineTransport(ControlChannel, Transport):
 
     # ----- data path ---------------------------------------------------------------------------------
     def isend(self, peer: int, buf: np.ndarray, p2p: bool = False) -> Request:
-        return _Req(self, peer, self.eng.send(peer, _bytes(buf), 0.0, p2p) if p2p else self.eng.send(peer, _bytes(buf)))
+        return _Req(self, peer, self.eng.send(peer, _bytes(buf), 0.0, p2p))
 
     def irecv(self, peer: int, buf: np.ndarray, op: Optional[ReduceOp], src: Any = None,
               p2p: bool = False) -> Request:
@@ -234,12 +234,10 @@ class EngineTransport(ControlChannel, Transport):
         if not isinstance(buf, np.ndarray):
             raise HpcclSystemError("the network engine moves host memory; device buffers go through staged "
                                    "network steps (hpccl.netstep)")
-        if p2p:
-            return _Req(self, peer, self.eng.recv(peer, _bytes(buf), 0.0, True))
         if op is None:
-            return _Req(self, peer, self.eng.recv(peer, _bytes(buf)))
+            return _Req(self, peer, self.eng.recv(peer, _bytes(buf), 0.0, p2p))
         tmp = self._take(buf)
-        return _ReduceReq(self, peer, self.eng.recv(peer, _bytes(tmp)), buf, tmp, op, src)
+        return _ReduceReq(self, peer, self.eng.recv(peer, _bytes(tmp), 0.0, p2p), buf, tmp, op, src)
 
     def probe(self, peer: int) -> bool:
         return self.eng.probe(peer)
