@@ -27,6 +27,14 @@ def test_config_parses_sizes_and_rejects_garbage(monkeypatch):
         config.get("HPCCL_DEBUG")
 
 
+def test_wireup_deadline_kept_between_floor_and_cap(monkeypatch):
+    # a call timeout of 0.2 s (set by failure tests) must not fail a first UCX contact on a loaded node
+    from hpccl.transport.ucx_config import wireup_limit
+    for value, want in (("0.2", 10.0), ("30", 30.0), ("300", 60.0)):
+        monkeypatch.setenv("HPCCL_TIMEOUT", value)
+        assert wireup_limit() == want
+
+
 def test_every_param_documented_and_sourced(monkeypatch):
     monkeypatch.setenv("HPCCL_SPIN", "7")
     rows = {name: (value, source, doc) for name, value, source, doc in config.describe()}

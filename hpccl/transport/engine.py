@@ -25,7 +25,7 @@ from ..ops import ReduceOp
 from .. import memory
 from .base import Request, Transport
 from .control import ControlChannel
-from .ucx_config import _device_problem, _tls, collective_check, wire_config, wire_text
+from .ucx_config import _device_problem, _tls, collective_check, wire_config, wire_text, wireup_limit
 
 
 def load() -> Any:
@@ -208,7 +208,7 @@ class EngineTransport(ControlChannel, Transport):
         got = np.ones(len(peers), dtype=np.uint8)
         reqs = [self.irecv(p, got[i:i + 1], None) for i, p in enumerate(peers)]
         reqs += [self.isend(p, one[i:i + 1]) for i, p in enumerate(peers)]
-        limit = min(60.0, config.get("HPCCL_TIMEOUT"))
+        limit = wireup_limit()
         deadline = time.monotonic() + limit
         problem = None
         try:

@@ -14,7 +14,7 @@ they are, so UCX moves them itself (cuda_copy, cuda_ipc, GPU-Direct RDMA) with n
 
 UCX_TLS and UCX_NET_DEVICES are UCX's own and are respected; HPCCL_UCX_TLS fills in UCX_TLS when that is
 unset (or empty). Set-up is collective and fails on every rank at once (never a hang): a UCX_NET_DEVICES
-that names no usable device, or ring neighbours that cannot exchange a byte within min(60 s, HPCCL_TIMEOUT),
+that names no usable device, or ring neighbours that cannot exchange a byte within HPCCL_TIMEOUT (kept between 10 and 60 s),
 raise an error naming the device or ranks and the variables to check. Other endpoints are made on first
 use; one that cannot be made raises HpcclSystemError naming the peer.
 """
@@ -33,7 +33,7 @@ from ..ops import ReduceOp
 from .base import Request, Transport
 from .control import ControlChannel
 from .ucx_config import (WIRE_TCP, _device_problem, _error_handling, _os_devices, _tls,  # noqa: F401
-                         collective_check, wire_config, wire_text)
+                         collective_check, wire_config, wire_text, wireup_limit)
 
 
 def _import_ucxx():
@@ -211,7 +211,7 @@ class UcxTransport(ControlChannel, Transport):
         except HpcclSystemError as exc:
             problem = exc.message
             reqs = []
-        limit = min(60.0, config.get("HPCCL_TIMEOUT"))
+        limit = wireup_limit()
         deadline = time.monotonic() + limit
         pending = reqs
         try:

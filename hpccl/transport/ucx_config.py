@@ -88,6 +88,15 @@ def wire_text(wire: Dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in wire.items()) or "UCX's/the user's"
 
 
+WIREUP_FLOOR = 10.0
+
+
+def wireup_limit() -> float:
+    """The wire-up's deadline: HPCCL_TIMEOUT capped at 60 s, never under 10 s, since every peer has
+    already arrived (the bootstrap saw it) and first contact on a loaded node can take seconds."""
+    return min(60.0, max(WIREUP_FLOOR, float(config.get("HPCCL_TIMEOUT"))))
+
+
 def collective_check(boot: Any, problem: Optional[str], kind: type, what: str, close: Callable[[], None]) -> None:
     """Every rank raises if any rank found a problem (after ``close``), so nobody waits for a peer that
     gave up; collective over ``boot``."""
