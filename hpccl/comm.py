@@ -331,7 +331,7 @@ class Communicator:
             self._rec.dump(f"abort in {self._waiter.collective} #{self._seq}"
                            + ("" if origin is None or origin == self.rank else f", passed on from rank {origin}"))
             if self._dev is not None and self._dev.engine is not None:
-                self._dev.engine._live = False  # no more replays of launch snapshots
+                self._dev.engine.fs.live = 0  # no more replays of launch snapshots
             for t in self._transports:
                 t.abort(self.rank if origin is None else origin)
             for sub in self._sub.values():  # hier's steps wait on the sub-communicators' transports
@@ -583,7 +583,7 @@ class Communicator:
         differently would otherwise run different kernels in one call.)"""
         self._hot_refresh()
         if self._dev is not None and self._dev.engine is not None:
-            self._dev.engine._fast.clear()
+            self._dev.engine.drop()
         self._replay_algo.clear()
 
     def _hot_refresh(self) -> None:
@@ -1200,8 +1200,11 @@ class Communicator:
         order. Nothing inside runs before the group ends."""
         self._alive("group")
         outer = self._group_depth == 0
+        eng = self._dev.engine if outer and self._dev is not None else None
         if outer:
             self._group, self._p2p = [], []
+            if eng is not None:
+                eng.fs.held += 1  # compiled replays (the torch backend's) queue nothing: they step aside
         self._group_depth += 1
         try:
             yield
@@ -1211,6 +1214,8 @@ class Communicator:
             raise
         finally:
             self._group_depth -= 1
+            if eng is not None:
+                eng.fs.held -= 1
         if outer:
             calls, p2p = self._group, self._p2p
             self._group, self._p2p = None, []

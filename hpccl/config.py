@@ -144,6 +144,13 @@ _param("HPCCL_UCX_TCP_TUNE", True, _bool,
        "0 leaves UCX's defaults. Never touches the environment (MPI's own UCX is unaffected).")
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
+_param("HPCCL_TORCH_NATIVE", True, _bool,
+       "The torch backend's compiled all_reduce (hpccl/torch/_native.cpp: repeated CUDA calls replayed with "
+       "no Python, as DDP's buckets are): built with the C++ compiler on first use and cached; 0 keeps the "
+       "Python backend alone.")
+_param("HPCCL_CACHE_DIR", "", str,
+       "Where hpccl caches what it builds on first use (the torch backend's compiled part); default "
+       "$XDG_CACHE_HOME/hpccl or ~/.cache/hpccl.")
 
 
 def get(name: str) -> Any:

@@ -21,7 +21,7 @@ from . import config, log
 from .errors import HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
 from .transport.shm import _I_DEVSEQ
 from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_MISMATCH, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS,
-                      CommArgs, Driver, Kernels, Launch, P2PArgs, RegArgs)
+                      CommArgs, Driver, FastState, Kernels, Launch, P2PArgs, RegArgs)
 from .memory.cuda import DeviceMemory, device_view, stream_handle
 from .ops import ReduceOp
 from .transport.cuda_ipc import PeerMemory
@@ -34,6 +34,7 @@ FAST_ENTRIES = 512  # cached launches (per communicator) for repeated calls on t
 REG_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
 
 
+NO_STREAM = (1 << 64) - 1  # FastState.last_stream before the first launch
 NOTHING = object()  # the launch of a call with nothing to do (one rank, output = input)
 
 def _logical(a: Any) -> Any:
@@ -130,17 +131,15 @@ class CudaComm:
         self.block_bytes = max(256, config.get("HPCCL_CUDA_BLOCK_BYTES"))
         self._launch_cache: Dict[tuple, Launch] = {}
         self._plans: Dict[tuple, tuple] = {}
-        self._last_stream: Optional[int] = None
+        self.fs = FastState()  # seq, last stream, tail, generation, live: shared with compiled replays
+        self.fs.live, self.fs.last_stream = 1, NO_STREAM
         with cupy.cuda.Device(device):
             self._tail = cupy.cuda.Event(block=False, disable_timing=True)  # after the latest launch
         self._tail_h = ctypes.c_void_p(self._tail.ptr)
-        self._tail_live = False
-        self._seq = 0
         self.last: Optional[Tuple[Launch, Optional[str]]] = None
         self._what = "idle"  # the last collective enqueued (named when a later check finds a failure)
         # fast path: launches snapshotted per (collective, buffers, dtype, op, root, stream)
         self._fast: Dict[tuple, Launch] = {}
-        self._live = True
         from . import hotpath
         # the fast path's driver calls in C when the extension is built (hpccl/_hotpath.c), else ctypes
         self.compiled_launch = (hotpath._hotpath.gpu_launch if hotpath.available()
@@ -230,8 +229,8 @@ class CudaComm:
     def _fail(self, what: str) -> None:
         code = self._err.value
         self._failed = True
-        self._live = False
-        self._fast.clear()
+        self.fs.live = 0
+        self.drop()
         origin = self.comm._peer_aborted() if code == ERR_ABORT else None
         try:
             self.comm.abort(origin)
@@ -243,7 +242,7 @@ class CudaComm:
                                         "was stopped")
             behind = self.never_launched()
             others = [p for p in range(self.comm.size) if p != self.comm.rank]
-            raise HpcclRemoteError.aborted(self._what if what == "synchronize" else what, self._seq, origin,
+            raise HpcclRemoteError.aborted(self._what if what == "synchronize" else what, self.fs.seq, origin,
                                            behind or others,
                                            f"; rank(s) that never launched it: {behind}" if behind else "")
         if code == ERR_MISMATCH:
@@ -253,7 +252,7 @@ class CudaComm:
                                     "offset, or none")
         if code == ERR_TIMEOUT:
             behind = self.never_launched()
-            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self._seq, behind,
+            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self.fs.seq, behind,
                                     config.get("HPCCL_TIMEOUT"),
                                     "a GPU kernel's wait for a peer's flag timed out; "
                                     + ("these ranks never launched that call's kernel" if behind else
@@ -266,15 +265,16 @@ class CudaComm:
         if self._shm is None:
             return []
         return [p for p in range(self.comm.size)
-                if p != self.comm.rank and (n := self._shm.launched(p)) is not None and n < self._seq]
+                if p != self.comm.rank and (n := self._shm.launched(p)) is not None and n < self.fs.seq]
 
     def _order(self, stream: int) -> None:
         """Ops of one communicator share its staging buffer: keep them ordered when the stream changes, by
         waiting for the tail event (recorded after every launch, so the previous stream itself, which the
         caller may have destroyed since, is never touched)."""
-        last = self._last_stream
-        self._last_stream = stream
-        if last is None or last == stream or not self._tail_live:
+        fs = self.fs
+        last = fs.last_stream
+        fs.last_stream = stream
+        if last == NO_STREAM or last == stream or not fs.tail_live:
             return
         if self.driver.capturing(stream):
             return  # inside a capture the user's own stream dependencies order the ops
@@ -284,13 +284,13 @@ class CudaComm:
     def _mark(self, stream: int) -> None:
         """Record the tail event after a launch (outside captures: a captured record is not an event)."""
         if self.driver.capturing(stream):
-            self._tail_live = False
+            self.fs.tail_live = False
         else:
             self.driver.event_record(self._tail_h, ctypes.c_void_p(stream))
-            self._tail_live = True
+            self.fs.tail_live = True
 
     def _go(self, ln: Launch, stream: int, what: str, kind: Optional[str]) -> None:
-        if stream != self._last_stream:
+        if stream != self.fs.last_stream:
             self._order(stream)
         rc = ln(stream)
         if rc:
@@ -307,9 +307,9 @@ class CudaComm:
 
     def _count(self) -> None:
         """One more call of this rank, published for peers that look for a rank that never launched."""
-        self._seq += 1
+        self.fs.seq += 1
         if self._pub is not None:
-            self._pub[_I_DEVSEQ] = self._seq
+            self._pub[_I_DEVSEQ] = self.fs.seq
 
     def _set(self, send: int, recv: int, nbytes: int, stride: int, chunk: int, root: int,
              extra_align: int = 0) -> None:
@@ -322,9 +322,14 @@ class CudaComm:
         launches."""
         self.maxb = max(1, min(MAX_BLOCKS, blocks, self.block_cap))
         self._plans.clear()
-        self._fast.clear()
+        self.drop()
 
     # ----- fast path ------------------------------------------------------------------------------------
+    def drop(self) -> None:
+        """Forget every launch snapshot (here and in compiled replays, through the generation)."""
+        self._fast.clear()
+        self.fs.gen += 1
+
     def _bkey(self, obj: Any) -> Optional[tuple]:
         """(ptr, count, dtype, contiguous) read straight off a CuPy array or torch tensor; None otherwise."""
         if type(obj) is self._cp_nd:
@@ -361,19 +366,19 @@ class CudaComm:
     def fire(self, key: tuple) -> bool:
         """Launch the snapshot cached for key; False when there is none (take the validating path)."""
         ln = self._fast.get(key)
-        if ln is None or not self._live or self._err.value:
+        if ln is None or not self.fs.live or self.fs.held or self._err.value:
             return False
         if ln is NOTHING:
             self._count()
             return True
         st = key[-1]
-        if st != self._last_stream:
+        if st != self.fs.last_stream:
             self._order(st)
         if self.compiled_launch is not None:  # capture check, launch and tail record in one C call
             rc = self.compiled_launch(*self._entry, ln.fi, ln.grid, ln.block, st, ln.pi, self._tail.ptr)
             if rc > 0:
                 return False  # the slow path retries and reports
-            self._tail_live = rc == 0
+            self.fs.tail_live = rc == 0
         else:
             if ln(st):
                 return False
@@ -387,7 +392,7 @@ class CudaComm:
             return
         ln, kind = self.last
         if len(self._fast) >= FAST_ENTRIES:
-            self._fast.clear()
+            self.drop()
         if ln is NOTHING:
             self._fast[key] = NOTHING
             return
@@ -476,11 +481,11 @@ class CudaComm:
     # ----- zero-copy collectives on registered buffers (transport/cuda_register.py) ----------------------
     def register(self, ptr: int, nbytes: int, obj: Any, name: str) -> None:
         self.registry.register(ptr, nbytes, obj, name)
-        self._fast.clear()  # snapshots of staged launches on this buffer must not replay
+        self.drop()  # snapshots of staged launches on this buffer must not replay
 
     def deregister(self, ptr: int, nbytes: int, name: str) -> None:
         self.registry.deregister(ptr, nbytes, name)
-        self._fast.clear()
+        self.drop()
 
     def registered(self, coll: str, args: tuple, stream: int) -> Optional[str]:
         """Run a call whose buffers are registered with the zero-copy kernels (or, for a large broadcast
@@ -602,8 +607,8 @@ class CudaComm:
     def close(self) -> None:
         if self._closed:
             return
-        self._live = False
-        self._fast.clear()
+        self.fs.live = 0
+        self.drop()
         import cupy
         try:
             with cupy.cuda.Device(self.device):

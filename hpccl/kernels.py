@@ -261,6 +261,10 @@ class Driver:
             raise HpcclSystemError(f"cuMemHostAlloc of {nbytes} bytes failed: {self.error_name(rc)}")
         return int(p.value)
 
+    def wait_entry_point(self) -> int:
+        """Address of cuStreamWaitEvent (for launches replayed from compiled code: hpccl/torch/_native.cpp)."""
+        return ctypes.cast(self.stream_wait_event, ctypes.c_void_p).value
+
     def entry_points(self) -> Tuple[int, int, int]:
         """Addresses of cuLaunchKernel, cuStreamIsCapturing and cuEventRecord (for the compiled launch)."""
         def addr(f: Any) -> int:
@@ -279,6 +283,16 @@ class Driver:
         d = ctypes.c_int(-1)
         rc = self._stream_device(ctypes.c_void_p(stream), ctypes.byref(d))
         return d.value if rc == 0 else None
+
+
+class FastState(ctypes.Structure):
+    """The launch-snapshot replay state of one GPU communicator, in memory that compiled code replaying
+    the same snapshots (the torch backend's, hpccl/torch/_native.cpp) reads and updates too: calls
+    launched (published to peers), the stream of the latest launch, whether the tail event was recorded
+    after it, a generation bumped whenever snapshots are dropped, and whether replays are allowed."""
+    _fields_ = [("seq", ctypes.c_int64), ("last_stream", ctypes.c_uint64), ("gen", ctypes.c_int64),
+                ("tail_live", ctypes.c_int32), ("live", ctypes.c_int32), ("held", ctypes.c_int32),
+                ("_pad", ctypes.c_int32)]
 
 
 class Launch:

@@ -13,6 +13,15 @@ from ..errors import HpcclInvalidArgument
 from .process_group import BACKEND, HpcclProcessGroup
 
 
+def _group_class() -> type:
+    """ReplayGroup when the compiled backend is built (or builds now), else the Python one."""
+    from .native import load
+    if load() is None:
+        return HpcclProcessGroup
+    from .replay import ReplayGroup
+    return ReplayGroup
+
+
 def _mpi_comm(global_ranks: Sequence[int], group_size: int) -> Any:
     """The MPI communicator of a torch group: the world for the default group (whose ranks must be MPI's),
     else the MPI group of the same world ranks (created only by its members, as torch calls this)."""
@@ -41,7 +50,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> HpcclProcessGroup:
     """The creator torch calls for each group that uses "hpccl" (extended API)."""
     if not _use_mpi():
         boot = StoreBootstrap(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, "hpccl")
-        return HpcclProcessGroup(Communicator(boot), dist_opts.group_rank, dist_opts.group_size)
+        return _group_class()(Communicator(boot), dist_opts.group_rank, dist_opts.group_size)
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     ranks = list(dist_opts.global_ranks_in_group)
@@ -54,7 +63,7 @@ def create(dist_opts: Any, backend_opts: Any = None) -> HpcclProcessGroup:
     if comm.size != dist_opts.group_size:
         raise HpcclInvalidArgument("world_size", f"torch's group has {dist_opts.group_size} ranks, the MPI "
                                                  f"communicator {comm.size}")
-    return HpcclProcessGroup(comm, dist_opts.group_rank, dist_opts.group_size)
+    return _group_class()(comm, dist_opts.group_rank, dist_opts.group_size)
 
 
 def register() -> None:

@@ -187,7 +187,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
             sub.cuda_device = self.comm._dev.device
         elif self.comm.cuda_device is not None:
             sub.cuda_device = self.comm.cuda_device
-        pg = HpcclProcessGroup(sub, ranks.index(me), len(ranks))
+        pg = type(self)(sub, ranks.index(me), len(ranks))
         if group_name:
             pg._set_group_name(group_name)
         if group_desc:
@@ -195,14 +195,15 @@ class HpcclProcessGroup(dist.ProcessGroup):
         return pg
 
     # ----- reductions -----------------------------------------------------------------------------
-    def allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
+    def _allreduce(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
         tensors, opts = as_list(tensors), options(opts, dist.AllreduceOptions)
         op, factor = reduce_op(opts)
         comm = self.comm
         if any(t.is_sparse for t in tensors):
             for t in tensors:
                 self._sparse_ok(t, op, factor)
-            return self._collective(opts, [], lambda h: [self._sparse_allreduce(t) for t in tensors], tensors)
+            return self._collective(opts, [], lambda h: [self._sparse_allreduce(t) for t in tensors], tensors,
+                                    name="allreduce")
 
         def go(h: Optional[int]) -> None:
             for t in tensors:
@@ -210,7 +211,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
                 if factor is not None:
                     x.mul_(factor)  # in place: the tensor is the output too
                 comm.all_reduce(x, op=op, stream=h)
-        return self._collective(opts, tensors, go, tensors, temps=factor is not None)
+        return self._collective(opts, tensors, go, tensors, temps=factor is not None, name="allreduce")
 
     @staticmethod
     def _sparse_ok(t: torch.Tensor, op: Any, factor: Optional[float]) -> None:
@@ -245,8 +246,10 @@ class HpcclProcessGroup(dist.ProcessGroup):
                                       torch.cat([gval[r][:k[r]] for r in range(n)], 0), t.shape)
         t.copy_(out.coalesce())
 
+    allreduce = _allreduce
+
     def allreduce_coalesced(self, tensors: List[torch.Tensor], opts: Any = None) -> Any:
-        return self.allreduce(tensors, opts)
+        return self._allreduce(tensors, opts)
 
     def reduce(self, tensors: List[torch.Tensor], opts: Any = None, op: Any = None) -> Any:
         tensors, opts = as_list(tensors), options(opts, dist.ReduceOptions, op)

@@ -411,6 +411,10 @@ class ShmTransport(Transport):
         """Address of this rank's GPU error word (a u32 at the start of an int64 header slot)."""
         return self._segs[self.rank].u8.ctypes.data + 8 * _I_GPUERR
 
+    def device_counter_address(self) -> int:
+        """Address of this rank's launch counter (for compiled replays: hpccl/torch/_native.cpp)."""
+        return self._segs[self.rank].u8.ctypes.data + 8 * _I_DEVSEQ
+
     def launched(self, peer: int) -> Optional[int]:
         """How many GPU kernels ``peer`` has launched on this communicator, if it is on this node."""
         seg = self._segs.get(peer)

@@ -1,0 +1,314 @@
+// The torch backend's compiled all_reduce: a c10d Backend that torch's ProcessGroup dispatches to with no
+// Python on the way (DDP's reducer calls allreduce and getFuture from the autograd thread once per bucket).
+//
+// A call on one dense CUDA tensor whose launch hpccl has already snapshotted (same buffer, size, dtype, op
+// and stream) is replayed here: the same driver calls as CudaComm.fire (hpccl/cuda_comm.py), on the same
+// FastState (calls counted and published, stream order kept through the tail event, snapshots dropped
+// together through the generation). Everything else, and every first call, goes to the Python backend
+// (hpccl/torch/process_group.py), which validates, runs the call and arms the snapshot here.
+// Built on first use by hpccl/torch/native.py; only c10 and c10d are used (no CUDA headers or libraries:
+// the driver's entry points come from hpccl's own driver bindings).
+#include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstdint>
+#include <unordered_map>
+
+namespace py = pybind11;
+
+namespace {
+
+using launch_t = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                         void**, void**);
+using capturing_t = int (*)(void*, int*);
+using record_t = int (*)(void*, void*);
+using wait_t = int (*)(void*, void*, unsigned);
+
+// hpccl.kernels.FastState, field for field
+struct FastState {
+  int64_t seq;
+  uint64_t last_stream;
+  int64_t gen;
+  int32_t tail_live, live, held, pad;
+};
+constexpr uint64_t kNoStream = ~0ull;
+
+// Drop a Python reference from C++ (any thread): under the GIL, or leaked while the interpreter is
+// going away (taking the GIL then is not possible).
+void drop_ref(py::object& obj) {
+#if PY_VERSION_HEX >= 0x030D0000
+  const bool finalizing = Py_IsFinalizing();
+#else
+  const bool finalizing = _Py_IsFinalizing();
+#endif
+  if (!Py_IsInitialized() || finalizing) {
+    obj.release();
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  obj = py::object();
+}
+
+struct Key {
+  uint64_t ptr, nbytes, stream;
+  int32_t dtype, op;
+  bool operator==(const Key& o) const {
+    return ptr == o.ptr && nbytes == o.nbytes && stream == o.stream && dtype == o.dtype && op == o.op;
+  }
+};
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    uint64_t h = k.ptr * 0x9E3779B97F4A7C15ull;
+    h ^= (k.nbytes + 0x632BE59BD9B4E019ull) + (h << 6) + (h >> 2);
+    h ^= (k.stream + 0x94D049BB133111EBull) + (h << 6) + (h >> 2);
+    h ^= (static_cast<uint64_t>(k.dtype) << 32 | static_cast<uint32_t>(k.op)) + (h << 6) + (h >> 2);
+    return static_cast<size_t>(h);
+  }
+};
+
+// A snapshotted launch (func null: the call moves nothing, e.g. one rank in place). The argument memory
+// behind params is kept alive by the Python side (HpcclProcessGroup._armed).
+struct Snapshot {
+  void* func;
+  unsigned grid, block;
+  void** params;
+};
+
+// The result of a replayed call: complete on the stream it ran on, as far as the host is concerned (no
+// host sync anywhere); wait() and the future order the caller's current stream after it.
+class ReplayWork : public c10d::Work {
+ public:
+  ReplayWork(int rank, std::vector<at::Tensor> tensors, c10::intrusive_ptr<c10::ivalue::Future> fut, bool sync)
+      : Work(rank, c10d::OpType::ALLREDUCE), tensors_(std::move(tensors)), fut_(std::move(fut)), sync_(sync) {}
+
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    if (!sync_) fut_->wait();  // a synchronous call ran on the caller's stream: nothing to join
+    return true;
+  }
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    if (!fut_) fut_ = completed(tensors_);
+    return fut_;
+  }
+
+  // A future holding ``tensors``, complete after the work the current stream holds so far.
+  static c10::intrusive_ptr<c10::ivalue::Future> completed(const std::vector<at::Tensor>& tensors) {
+    std::vector<c10::Device> devices{tensors[0].device()};
+    auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()), devices);
+    fut->markCompleted(c10::IValue(tensors));
+    return fut;
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+  c10::intrusive_ptr<c10::ivalue::Future> fut_;
+  bool sync_;
+};
+
+// A Work the Python backend returned: kept with its Python object (whose methods are the Work's).
+class PyHeldWork : public c10d::Work {
+ public:
+  PyHeldWork(c10::intrusive_ptr<c10d::Work> work, py::object obj)
+      : Work(-1, c10d::OpType::UNKNOWN), work_(std::move(work)), obj_(std::move(obj)) {}
+  ~PyHeldWork() override { drop_ref(obj_); }
+  bool isCompleted() override { return work_->isCompleted(); }
+  bool isSuccess() const override { return work_->isSuccess(); }
+  std::exception_ptr exception() const override { return work_->exception(); }
+  int sourceRank() const override { return work_->sourceRank(); }
+  std::vector<at::Tensor> result() override { return work_->result(); }
+  bool wait(std::chrono::milliseconds timeout) override { return work_->wait(timeout); }
+  void synchronize() override { work_->synchronize(); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return work_->getFuture(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  py::object obj_;
+};
+
+// A synchronous call the Python backend completed on the caller's stream (it returns None for those).
+class DoneWork : public c10d::Work {
+ public:
+  explicit DoneWork(std::vector<at::Tensor> tensors) : Work(-1, c10d::OpType::ALLREDUCE), tensors_(std::move(tensors)) {}
+  bool isCompleted() override { return true; }
+  bool isSuccess() const override { return true; }
+  std::vector<at::Tensor> result() override { return tensors_; }
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return true; }
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    if (tensors_.empty() || !tensors_[0].is_cuda()) {
+      auto fut = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+      fut->markCompleted(c10::IValue(tensors_));
+      return fut;
+    }
+    return ReplayWork::completed(tensors_);
+  }
+
+ private:
+  std::vector<at::Tensor> tensors_;
+};
+
+class Native : public c10d::Backend {
+ public:
+  Native(int rank, int size, py::object slow) : Backend(rank, size), slow_(std::move(slow)) {}
+
+  ~Native() override { drop_ref(slow_); }
+
+  const std::string getBackendName() const override { return "hpccl"; }
+
+  // The GPU communicator's replay state and the driver's entry points (hpccl/cuda_comm.py).
+  void attach(uint64_t fs, uint64_t err, uint64_t pub, uint64_t tail, uint64_t launch, uint64_t capturing,
+              uint64_t record, uint64_t wait) {
+    fs_ = reinterpret_cast<FastState*>(fs);
+    err_ = reinterpret_cast<volatile uint32_t*>(err);
+    pub_ = reinterpret_cast<int64_t*>(pub);
+    tail_ = reinterpret_cast<void*>(tail);
+    launch_ = reinterpret_cast<launch_t>(launch);
+    capturing_ = reinterpret_cast<capturing_t>(capturing);
+    record_ = reinterpret_cast<record_t>(record);
+    wait_ = reinterpret_cast<wait_t>(wait);
+    table_.clear();
+  }
+
+  // The group's stream for asynchronous calls on this device, and the event that joins it to the caller's.
+  void side(int64_t stream_id, int device_index, int device_type, uint64_t handle, uint64_t join) {
+    side_ = c10::Stream::unpack3(stream_id, static_cast<c10::DeviceIndex>(device_index),
+                                 static_cast<c10::DeviceType>(device_type));
+    side_h_ = handle;
+    join_ = reinterpret_cast<void*>(join);
+    have_side_ = true;
+  }
+
+  // Replay this launch for later calls like this one (tensor, op, stream); func 0: the call moves nothing.
+  void arm(const at::Tensor& t, const c10d::AllreduceOptions& opts, uint64_t stream, int64_t gen, uint64_t func,
+           unsigned grid, unsigned block, uint64_t params) {
+    if (gen != gen_) {
+      table_.clear();
+      gen_ = gen;
+    }
+    if (table_.size() >= kEntries) table_.clear();
+    table_[key(t, opts, stream)] =
+        Snapshot{reinterpret_cast<void*>(func), grid, block, reinterpret_cast<void**>(params)};
+  }
+
+  // Coalescing (torch's _start/_end_coalescing): every call goes to the Python backend meanwhile.
+  void hold(bool on) { held_ = on; }
+  int64_t replays() const { return replays_; }
+  int64_t generation() const { return gen_; }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override {
+    if (fs_ != nullptr && !held_ && tensors.size() == 1) {
+      if (auto work = replay(tensors, opts)) return work;
+    }
+    return slow(tensors, opts);
+  }
+
+ private:
+  static constexpr size_t kEntries = 512;
+
+  static Key key(const at::Tensor& t, const c10d::AllreduceOptions& opts, uint64_t stream) {
+    return Key{reinterpret_cast<uint64_t>(t.data_ptr()), static_cast<uint64_t>(t.nbytes()), stream,
+               static_cast<int32_t>(t.scalar_type()), static_cast<int32_t>(opts.reduceOp.op_)};
+  }
+
+  c10::intrusive_ptr<c10d::Work> replay(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+    const at::Tensor& t = tensors[0];
+    if (!t.is_cuda() || t.is_sparse() || !t.is_contiguous() || opts.sparseIndices.has_value()) return {};
+    if (!fs_->live || fs_->held || fs_->gen != gen_ || *err_ != 0) return {};
+    const bool async = opts.asyncOp;
+    if (async && !have_side_) return {};
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    c10::Stream cur = impl.getStream(t.device());
+    const uint64_t cur_h = reinterpret_cast<uint64_t>(cur.native_handle());
+    const uint64_t st = async ? side_h_ : cur_h;
+    auto it = table_.find(key(t, opts, st));
+    if (it == table_.end()) return {};
+    RECORD_FUNCTION("hpccl:allreduce", std::vector<c10::IValue>());
+    const Snapshot& s = it->second;
+    if (s.func != nullptr) {
+      if (async) {  // hpccl's stream starts after the caller's work so far
+        record_(join_, reinterpret_cast<void*>(cur_h));
+        wait_(reinterpret_cast<void*>(st), join_, 0);
+      }
+      if (!launch(s, st)) return {};
+      if (async) impl.recordDataPtrOnStream(t.storage().data_ptr(), side_);
+    }
+    ++fs_->seq;  // CudaComm._count
+    if (pub_ != nullptr) *pub_ = fs_->seq;
+    ++replays_;
+    if (!async) return c10::make_intrusive<ReplayWork>(rank_, tensors, nullptr, true);
+    if (s.func == nullptr) return c10::make_intrusive<ReplayWork>(rank_, tensors, ReplayWork::completed(tensors), false);
+    c10::Stream prev = impl.exchangeStream(side_);  // the future completes after hpccl's stream
+    auto fut = ReplayWork::completed(tensors);
+    impl.exchangeStream(prev);
+    return c10::make_intrusive<ReplayWork>(rank_, tensors, std::move(fut), false);
+  }
+
+  // CudaComm.fire's driver work: order after the previous stream, capture check, launch, tail record.
+  bool launch(const Snapshot& s, uint64_t st) {
+    void* stream = reinterpret_cast<void*>(st);
+    int cap = 0;
+    if (capturing_(stream, &cap) != 0) cap = 0;
+    if (st != fs_->last_stream) {  // CudaComm._order
+      const uint64_t last = fs_->last_stream;
+      fs_->last_stream = st;
+      if (last != kNoStream && fs_->tail_live && !cap) wait_(stream, tail_, 0);
+    }
+    if (launch_(s.func, s.grid, 1, 1, s.block, 1, 1, 0, stream, s.params, nullptr) != 0) return false;
+    if (cap) {
+      fs_->tail_live = 0;
+    } else {
+      record_(tail_, stream);
+      fs_->tail_live = 1;
+    }
+    return true;
+  }
+
+  c10::intrusive_ptr<c10d::Work> slow(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+    py::gil_scoped_acquire gil;
+    py::object out = slow_(tensors, opts);
+    if (out.is_none()) return c10::make_intrusive<DoneWork>(tensors);
+    auto work = out.cast<c10::intrusive_ptr<c10d::Work>>();
+    return c10::make_intrusive<PyHeldWork>(std::move(work), std::move(out));
+  }
+
+  py::object slow_;
+  FastState* fs_ = nullptr;
+  volatile uint32_t* err_ = nullptr;
+  int64_t* pub_ = nullptr;
+  void* tail_ = nullptr;
+  launch_t launch_ = nullptr;
+  capturing_t capturing_ = nullptr;
+  record_t record_ = nullptr;
+  wait_t wait_ = nullptr;
+  c10::Stream side_{c10::Stream::DEFAULT, c10::Device(c10::DeviceType::CPU)};
+  uint64_t side_h_ = 0;
+  void* join_ = nullptr;
+  bool have_side_ = false;
+  bool held_ = false;
+  int64_t gen_ = -1;
+  int64_t replays_ = 0;
+  std::unordered_map<Key, Snapshot, KeyHash> table_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(hpccl_torch_native, m) {
+  m.doc() = "hpccl's compiled torch backend (all_reduce replays; the rest goes to the Python backend)";
+  py::class_<Native, c10d::Backend, c10::intrusive_ptr<Native>>(m, "Native")
+      .def(py::init<int, int, py::object>(), py::arg("rank"), py::arg("size"), py::arg("slow"))
+      .def("attach", &Native::attach)
+      .def("side", &Native::side)
+      .def("arm", &Native::arm)
+      .def("hold", &Native::hold)
+      .def_property_readonly("replays", &Native::replays)
+      .def_property_readonly("generation", &Native::generation);
+}
