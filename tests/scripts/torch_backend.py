@@ -221,6 +221,26 @@ if DEV == "cuda":
     graph.replay()
     torch.cuda.synchronize()
     check("cuda graph replays a captured dist.all_reduce", torch.equal(gt, n * allsum))
+    # repeated calls on one buffer (DDP's buckets, a training loop) are replayed by the compiled backend with
+    # no Python: right values every time, synchronous, asynchronous and on another stream, and counted
+    pg = dist.group.WORLD
+    before = getattr(pg, "replays", None)
+    r, other, ok = torch.empty(1 << 14, device="cuda"), torch.cuda.Stream(), True
+    for i in range(24):
+        r.fill_(rank + i)
+        if i % 3 == 0:
+            dist.all_reduce(r)
+        elif i % 3 == 1:
+            dist.all_reduce(r, async_op=True).wait()
+        else:
+            other.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(other):
+                dist.all_reduce(r)
+            torch.cuda.current_stream().wait_stream(other)
+        ok = ok and torch.equal(r, torch.full_like(r, n * i + n * (n - 1) // 2))
+    check("cuda repeated all_reduce on one buffer, three streams, values", ok)
+    if before is not None:
+        check("cuda repeated all_reduce replayed by the compiled backend", pg.replays - before >= 18)
     try:  # input on the CPU, output on the GPU: refused, naming the argument, before anything moves
         out = torch.zeros(n * 5)
         dist.all_gather_into_tensor(out, torch.ones(5, device="cpu"))
