@@ -228,11 +228,11 @@ def test_compiled_launch_replays(world):
         pytest.skip("the kernel engine serves one node; this layout runs GPU calls on the network proxy")
     assert eng.compiled_launch is not None
     x = cupy.ones(1000, dtype=cupy.float32)
-    seq = eng._seq
+    seq = eng.fs.seq
     for _ in range(5):
         comm.all_reduce(x)
     comm.synchronize()
-    assert eng._seq == seq + 5 and float(x[0]) == comm.size ** 5
+    assert eng.fs.seq == seq + 5 and float(x[0]) == comm.size ** 5
 
 
 def test_one_rank_in_place_moves_nothing(world):
