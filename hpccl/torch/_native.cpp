@@ -1,8 +1,10 @@
-// The torch backend's compiled all_reduce: a c10d Backend that torch's ProcessGroup dispatches to with no
-// Python on the way (DDP's reducer calls allreduce and getFuture from the autograd thread once per bucket).
+// The torch backend's compiled collectives: a c10d Backend that torch's ProcessGroup dispatches all_reduce,
+// all_gather_into_tensor and reduce_scatter_tensor to with no Python on the way (DDP's reducer calls
+// allreduce and getFuture from the autograd thread once per bucket; FSDP2 all-gathers and reduce-scatters
+// each parameter group every step).
 //
-// A call on one dense CUDA tensor whose launch hpccl has already snapshotted (same buffer, size, dtype, op
-// and stream) is replayed here: the same driver calls as CudaComm.fire (hpccl/cuda_comm.py), on the same
+// A call on dense CUDA tensors whose launch hpccl has already snapshotted (same collective, buffers, size,
+// dtype, op and stream) is replayed here: the same driver calls as CudaComm.fire (hpccl/cuda_comm.py), on the same
 // FastState (calls counted and published, stream order kept through the tail event, snapshots dropped
 // together through the generation). Everything else, and every first call, goes to the Python backend
 // (hpccl/torch/process_group.py), which validates, runs the call and arms the snapshot here.
@@ -53,17 +55,20 @@ void drop_ref(py::object& obj) {
   obj = py::object();
 }
 
+enum Coll : int32_t { kAllReduce = 0, kAllGather = 1, kReduceScatter = 2 };
+
 struct Key {
-  uint64_t ptr, nbytes, stream;
-  int32_t dtype, op;
+  uint64_t in, out, nbytes, stream;
+  int32_t dtype, op;  // op: the collective in the high byte, torch's RedOpType in the low ones
   bool operator==(const Key& o) const {
-    return ptr == o.ptr && nbytes == o.nbytes && stream == o.stream && dtype == o.dtype && op == o.op;
+    return in == o.in && out == o.out && nbytes == o.nbytes && stream == o.stream && dtype == o.dtype && op == o.op;
   }
 };
 
 struct KeyHash {
   size_t operator()(const Key& k) const noexcept {
-    uint64_t h = k.ptr * 0x9E3779B97F4A7C15ull;
+    uint64_t h = k.in * 0x9E3779B97F4A7C15ull;
+    h ^= (k.out + 0xBF58476D1CE4E5B9ull) + (h << 6) + (h >> 2);
     h ^= (k.nbytes + 0x632BE59BD9B4E019ull) + (h << 6) + (h >> 2);
     h ^= (k.stream + 0x94D049BB133111EBull) + (h << 6) + (h >> 2);
     h ^= (static_cast<uint64_t>(k.dtype) << 32 | static_cast<uint32_t>(k.op)) + (h << 6) + (h >> 2);
@@ -83,8 +88,9 @@ struct Snapshot {
 // host sync anywhere); wait() and the future order the caller's current stream after it.
 class ReplayWork : public c10d::Work {
  public:
-  ReplayWork(int rank, std::vector<at::Tensor> tensors, c10::intrusive_ptr<c10::ivalue::Future> fut, bool sync)
-      : Work(rank, c10d::OpType::ALLREDUCE), tensors_(std::move(tensors)), fut_(std::move(fut)), sync_(sync) {}
+  ReplayWork(int rank, c10d::OpType type, std::vector<at::Tensor> tensors,
+             c10::intrusive_ptr<c10::ivalue::Future> fut, bool sync)
+      : Work(rank, type), tensors_(std::move(tensors)), fut_(std::move(fut)), sync_(sync) {}
 
   bool isCompleted() override { return true; }
   bool isSuccess() const override { return true; }
@@ -136,7 +142,7 @@ class PyHeldWork : public c10d::Work {
 // A synchronous call the Python backend completed on the caller's stream (it returns None for those).
 class DoneWork : public c10d::Work {
  public:
-  explicit DoneWork(std::vector<at::Tensor> tensors) : Work(-1, c10d::OpType::ALLREDUCE), tensors_(std::move(tensors)) {}
+  explicit DoneWork(std::vector<at::Tensor> tensors) : Work(-1, c10d::OpType::UNKNOWN), tensors_(std::move(tensors)) {}
   bool isCompleted() override { return true; }
   bool isSuccess() const override { return true; }
   std::vector<at::Tensor> result() override { return tensors_; }
@@ -186,15 +192,16 @@ class Native : public c10d::Backend {
     have_side_ = true;
   }
 
-  // Replay this launch for later calls like this one (tensor, op, stream); func 0: the call moves nothing.
-  void arm(const at::Tensor& t, const c10d::AllreduceOptions& opts, uint64_t stream, int64_t gen, uint64_t func,
-           unsigned grid, unsigned block, uint64_t params) {
+  // Replay this launch for later calls like this one (collective, input, output, op, stream); func 0: the
+  // call moves nothing.
+  void arm(int coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream, int64_t gen,
+           uint64_t func, unsigned grid, unsigned block, uint64_t params) {
     if (gen != gen_) {
       table_.clear();
       gen_ = gen;
     }
     if (table_.size() >= kEntries) table_.clear();
-    table_[key(t, opts, stream)] =
+    table_[key(static_cast<Coll>(coll), in, out, op, stream)] =
         Snapshot{reinterpret_cast<void*>(func), grid, block, reinterpret_cast<void**>(params)};
   }
 
@@ -205,33 +212,65 @@ class Native : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
-    if (fs_ != nullptr && !held_ && tensors.size() == 1) {
-      if (auto work = replay(tensors, opts)) return work;
+    if (ready() && tensors.size() == 1 && !opts.sparseIndices.has_value()) {
+      if (auto w = replay(kAllReduce, tensors[0], tensors[0], static_cast<int>(opts.reduceOp.op_), opts.asyncOp,
+                          tensors, c10d::OpType::ALLREDUCE, "hpccl:allreduce"))
+        return w;
     }
-    return slow(tensors, opts);
+    py::gil_scoped_acquire gil;
+    return held(slow_("allreduce", tensors, opts), tensors);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions& opts) override {
+    std::vector<at::Tensor> result{out};
+    if (ready()) {
+      if (auto w = replay(kAllGather, in, out, 0, opts.asyncOp, result, c10d::OpType::_ALLGATHER_BASE,
+                          "hpccl:_allgather_base"))
+        return w;
+    }
+    py::gil_scoped_acquire gil;
+    return held(slow_("allgather_base", out, in, opts), result);
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& opts) override {
+    std::vector<at::Tensor> result{out};
+    if (ready()) {
+      if (auto w = replay(kReduceScatter, in, out, static_cast<int>(opts.reduceOp.op_), opts.asyncOp, result,
+                          c10d::OpType::_REDUCE_SCATTER_BASE, "hpccl:_reduce_scatter_base"))
+        return w;
+    }
+    py::gil_scoped_acquire gil;
+    return held(slow_("reduce_scatter_base", out, in, opts), result);
   }
 
  private:
   static constexpr size_t kEntries = 512;
 
-  static Key key(const at::Tensor& t, const c10d::AllreduceOptions& opts, uint64_t stream) {
-    return Key{reinterpret_cast<uint64_t>(t.data_ptr()), static_cast<uint64_t>(t.nbytes()), stream,
-               static_cast<int32_t>(t.scalar_type()), static_cast<int32_t>(opts.reduceOp.op_)};
+  static Key key(Coll coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream) {
+    return Key{reinterpret_cast<uint64_t>(in.data_ptr()), reinterpret_cast<uint64_t>(out.data_ptr()),
+               static_cast<uint64_t>(in.nbytes()), stream, static_cast<int32_t>(in.scalar_type()),
+               static_cast<int32_t>(coll) << 24 | op};
   }
 
-  c10::intrusive_ptr<c10d::Work> replay(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-    const at::Tensor& t = tensors[0];
-    if (!t.is_cuda() || t.is_sparse() || !t.is_contiguous() || opts.sparseIndices.has_value()) return {};
+  bool ready() const { return fs_ != nullptr && !held_; }
+
+  // Replay the snapshot of this call, if there is one and nothing forbids it; else a null Work.
+  c10::intrusive_ptr<c10d::Work> replay(Coll coll, const at::Tensor& in, const at::Tensor& out, int op, bool async,
+                                        const std::vector<at::Tensor>& result, c10d::OpType type, const char* name) {
+    if (!in.is_cuda() || !out.is_cuda() || in.is_sparse() || !in.is_contiguous() || !out.is_contiguous() ||
+        in.device() != out.device())
+      return {};
     if (!fs_->live || fs_->held || fs_->gen != gen_ || *err_ != 0) return {};
-    const bool async = opts.asyncOp;
     if (async && !have_side_) return {};
     c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-    c10::Stream cur = impl.getStream(t.device());
+    c10::Stream cur = impl.getStream(in.device());
     const uint64_t cur_h = reinterpret_cast<uint64_t>(cur.native_handle());
     const uint64_t st = async ? side_h_ : cur_h;
-    auto it = table_.find(key(t, opts, st));
+    auto it = table_.find(key(coll, in, out, op, st));
     if (it == table_.end()) return {};
-    RECORD_FUNCTION("hpccl:allreduce", std::vector<c10::IValue>());
+    RECORD_FUNCTION(name, std::vector<c10::IValue>());
     const Snapshot& s = it->second;
     if (s.func != nullptr) {
       if (async) {  // hpccl's stream starts after the caller's work so far
@@ -239,17 +278,21 @@ class Native : public c10d::Backend {
         wait_(reinterpret_cast<void*>(st), join_, 0);
       }
       if (!launch(s, st)) return {};
-      if (async) impl.recordDataPtrOnStream(t.storage().data_ptr(), side_);
+      if (async) {  // the caching allocator keeps both buffers until hpccl's stream is done with them
+        impl.recordDataPtrOnStream(in.storage().data_ptr(), side_);
+        if (!out.is_same(in)) impl.recordDataPtrOnStream(out.storage().data_ptr(), side_);
+      }
     }
     ++fs_->seq;  // CudaComm._count
     if (pub_ != nullptr) *pub_ = fs_->seq;
     ++replays_;
-    if (!async) return c10::make_intrusive<ReplayWork>(rank_, tensors, nullptr, true);
-    if (s.func == nullptr) return c10::make_intrusive<ReplayWork>(rank_, tensors, ReplayWork::completed(tensors), false);
+    if (!async) return c10::make_intrusive<ReplayWork>(rank_, type, result, nullptr, true);
+    if (s.func == nullptr)
+      return c10::make_intrusive<ReplayWork>(rank_, type, result, ReplayWork::completed(result), false);
     c10::Stream prev = impl.exchangeStream(side_);  // the future completes after hpccl's stream
-    auto fut = ReplayWork::completed(tensors);
+    auto fut = ReplayWork::completed(result);
     impl.exchangeStream(prev);
-    return c10::make_intrusive<ReplayWork>(rank_, tensors, std::move(fut), false);
+    return c10::make_intrusive<ReplayWork>(rank_, type, result, std::move(fut), false);
   }
 
   // CudaComm.fire's driver work: order after the previous stream, capture check, launch, tail record.
@@ -272,10 +315,9 @@ class Native : public c10d::Backend {
     return true;
   }
 
-  c10::intrusive_ptr<c10d::Work> slow(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
-    py::gil_scoped_acquire gil;
-    py::object out = slow_(tensors, opts);
-    if (out.is_none()) return c10::make_intrusive<DoneWork>(tensors);
+  // The Work the Python backend returned (None: a synchronous call it completed on the caller's stream).
+  static c10::intrusive_ptr<c10d::Work> held(py::object out, const std::vector<at::Tensor>& result) {
+    if (out.is_none()) return c10::make_intrusive<DoneWork>(result);
     auto work = out.cast<c10::intrusive_ptr<c10d::Work>>();
     return c10::make_intrusive<PyHeldWork>(std::move(work), std::move(out));
   }
@@ -302,7 +344,7 @@ class Native : public c10d::Backend {
 }  // namespace
 
 PYBIND11_MODULE(hpccl_torch_native, m) {
-  m.doc() = "hpccl's compiled torch backend (all_reduce replays; the rest goes to the Python backend)";
+  m.doc() = "hpccl's compiled torch backend (replays of all_reduce, all_gather_into_tensor, reduce_scatter_tensor)";
   py::class_<Native, c10d::Backend, c10::intrusive_ptr<Native>>(m, "Native")
       .def(py::init<int, int, py::object>(), py::arg("rank"), py::arg("size"), py::arg("slow"))
       .def("attach", &Native::attach)

@@ -1,14 +1,14 @@
-"""ReplayGroup: the hpccl ProcessGroup whose all_reduce torch dispatches to hpccl's compiled backend
-(hpccl/torch/_native.cpp) instead of Python. A repeated call on one dense CUDA tensor (DDP's buckets, a
-training loop's dist.all_reduce) replays its snapshotted launch there with no Python and no GIL; the
-first call of each buffer, and every other call, runs the Python backend's all_reduce, and this module
-then hands the launch hpccl snapshotted for it to the compiled side ("arms" it). Every other op stays
-Python's (HpcclProcessGroup)."""
+"""ReplayGroup: the hpccl ProcessGroup whose all_reduce, all_gather_into_tensor and reduce_scatter_tensor
+torch dispatches to hpccl's compiled backend (hpccl/torch/_native.cpp) instead of Python. A repeated call
+on dense CUDA tensors (DDP's buckets, FSDP2's parameter groups, a training loop's dist.all_reduce) replays
+its snapshotted launch there with no Python and no GIL; the first call on each buffer, and every other
+call, runs the Python backend's method, and this module then hands the launch hpccl snapshotted for it to
+the compiled side ("arms" it). Every other op stays Python's (HpcclProcessGroup)."""
 from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -18,24 +18,23 @@ from ..cuda_comm import NOTHING
 from .options import asynchronous, flat, reduce_op
 from .process_group import HpcclProcessGroup
 
+AR, AG, RS = 0, 1, 2  # the compiled side's collective numbers (Coll in _native.cpp)
+_CPP = dist.ProcessGroup.__dict__  # the C++ methods themselves (descriptors, so they bind)
 
-def _slow_path(group: "weakref.ref[ReplayGroup]") -> Any:
+
+def _slow_path(group: "weakref.ref[ReplayGroup]") -> Callable[..., Any]:
     """The compiled side's way back into Python, holding the group weakly (no cycle through C++)."""
-    def slow(tensors: List[torch.Tensor], opts: Any) -> Any:
+    def slow(kind: str, *args: Any) -> Any:
         g = group()
         if g is None:
-            raise RuntimeError("hpccl: all_reduce on a process group that was destroyed")
-        return g._allreduce_and_arm(tensors, opts)
+            raise RuntimeError(f"hpccl: {kind} on a process group that was destroyed")
+        return getattr(g, "_slow_" + kind)(*args)
     return slow
 
 
 class ReplayGroup(HpcclProcessGroup):
-    """An HpcclProcessGroup whose all_reduce is served by the compiled backend, registered with torch for
-    CPU and CUDA tensors (CPU calls and first calls come back to Python through it)."""
-
-    # the C++ method itself (its descriptor, so it binds): torch sees no Python override and dispatches to
-    # the backend
-    allreduce = dist.ProcessGroup.__dict__["allreduce"]
+    """An HpcclProcessGroup whose three hot collectives are served by the compiled backend, registered
+    with torch for CPU and CUDA tensors (CPU calls and first calls come back to Python through it)."""
 
     def __init__(self, comm: Communicator, rank: int, size: int) -> None:
         super().__init__(comm, rank, size)
@@ -51,20 +50,40 @@ class ReplayGroup(HpcclProcessGroup):
         self._armed: Dict[tuple, Any] = {}  # launches the compiled side replays (their argument memory)
         self._armed_gen = -1
 
-    def _allreduce_and_arm(self, tensors: List[torch.Tensor], opts: Any) -> Any:
+    # ----- the compiled side's slow path: Python's method, then arm what hpccl snapshotted -------------
+    def _slow_allreduce(self, tensors: List[torch.Tensor], opts: Any) -> Any:
         work = self._allreduce(tensors, opts)
         if len(tensors) == 1 and tensors[0].is_cuda and not tensors[0].is_sparse:
-            self._arm(tensors[0], opts)
+            t = tensors[0]
+            self._arm(AR, "ar", t, t, opts, True)
         return work
 
-    def _arm(self, t: torch.Tensor, opts: Any) -> None:
-        """Hand the launch hpccl snapshotted for this call (if it did) to the compiled side."""
-        op, factor = reduce_op(opts)
+    def _slow_allgather_base(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
+        work = HpcclProcessGroup.all_gather_single(self, out, inp, opts)
+        if inp.is_cuda and out.is_cuda:
+            self._arm(AG, "ag", inp, out, opts, False)
+        return work
+
+    def _slow_reduce_scatter_base(self, out: torch.Tensor, inp: torch.Tensor, opts: Any) -> Any:
+        work = HpcclProcessGroup.reduce_scatter_single(self, out, inp, opts)
+        if inp.is_cuda and out.is_cuda:
+            self._arm(RS, "rs", inp, out, opts, True)
+        return work
+
+    def _arm(self, coll: int, name: str, inp: torch.Tensor, out: torch.Tensor, opts: Any, reduces: bool) -> None:
+        """Hand the launch hpccl snapshotted for this call (if it did) to the compiled side, under the key
+        the compiled side computes (collective, buffers, size, dtype, torch's op, stream)."""
+        op, rop = None, 0
+        if reduces:
+            op, factor = reduce_op(opts)
+            if factor is not None:
+                return  # a premul sum reduces a scaled copy made per call: nothing to replay
+            rop = int(getattr(opts.reduceOp, "op", opts.reduceOp))
         dev = self.comm._dev
         eng = dev.engine if dev is not None else None
-        if factor is not None or eng is None or not t.is_contiguous():
+        if eng is None or not (inp.is_contiguous() and out.is_contiguous()):
             return
-        idx = t.get_device()
+        idx = inp.get_device()
         if eng is not self._engine:
             self._attach(eng)
         h = torch._C._cuda_getCurrentRawStream(idx)
@@ -76,18 +95,19 @@ class ReplayGroup(HpcclProcessGroup):
                 self.native.side(*side.ids, side.h, side.join)
                 self._side_dev = idx
             h = side.h
-        ln = eng._fast.get(eng.fast_key("ar", flat(t, "tensor"), None, op, -1, h))
+        x = flat(inp, "tensor")
+        ln = eng._fast.get(eng.fast_key(name, x, None if coll == AR else flat(out, "output"), op, -1, h))
         if ln is None:
             return
         gen = eng.fs.gen
         if gen != self._armed_gen:
             self._armed.clear()
             self._armed_gen = gen
-        self._armed[(t.data_ptr(), t.nbytes, t.dtype, op, h)] = ln  # the compiled table's key
+        self._armed[(coll, inp.data_ptr(), out.data_ptr(), inp.nbytes, inp.dtype, rop, h)] = ln
         if ln is NOTHING:
-            self.native.arm(t, opts, h, gen, 0, 0, 0, 0)
+            self.native.arm(coll, inp, out, rop, h, gen, 0, 0, 0, 0)
         else:
-            self.native.arm(t, opts, h, gen, ln.fi, ln.grid, ln.block, ln.pi)
+            self.native.arm(coll, inp, out, rop, h, gen, ln.fi, ln.grid, ln.block, ln.pi)
 
     def _attach(self, eng: Any) -> None:
         pub = eng._shm.device_counter_address() if eng._pub is not None else 0
@@ -97,6 +117,7 @@ class ReplayGroup(HpcclProcessGroup):
         self._engine = eng
         self._armed.clear()
 
+    # ----- torch's coalescing: the compiled side steps aside ----------------------------------------
     def _start_coalescing(self, device: Any = None) -> None:
         self.native.hold(True)
         super()._start_coalescing(device)
@@ -107,5 +128,13 @@ class ReplayGroup(HpcclProcessGroup):
 
     @property
     def replays(self) -> int:
-        """all_reduce calls the compiled side replayed (with no Python)."""
+        """Calls the compiled side replayed (with no Python)."""
         return self.native.replays
+
+
+# not overridden in Python (the C++ methods themselves): torch dispatches these to the registered backend;
+# every name a torch version may look up is covered
+for _name in ("allreduce", "_allgather_base", "all_gather_single", "_reduce_scatter_base", "reduce_scatter_single"):
+    if _name in _CPP:
+        setattr(ReplayGroup, _name, _CPP[_name])
+del _name

@@ -239,8 +239,23 @@ if DEV == "cuda":
             torch.cuda.current_stream().wait_stream(other)
         ok = ok and torch.equal(r, torch.full_like(r, n * i + n * (n - 1) // 2))
     check("cuda repeated all_reduce on one buffer, three streams, values", ok)
+    # FSDP2's pattern: all_gather_into_tensor and reduce_scatter_tensor on the same buffers every step
+    gin, gout, sout, ok = torch.empty(1000, device="cuda"), torch.empty(n * 1000, device="cuda"), \
+        torch.empty(1000, device="cuda"), True
+    for i in range(12):
+        gin.fill_(rank + i)
+        w = dist.all_gather_into_tensor(gout, gin, async_op=bool(i % 2))
+        if w is not None:
+            w.wait()
+        want = torch.cat([torch.full((1000,), float(r + i), device="cuda") for r in range(n)])
+        ok = ok and torch.equal(gout, want)
+        w = dist.reduce_scatter_tensor(sout, gout, async_op=bool(i % 2))
+        if w is not None:
+            w.wait()
+        ok = ok and torch.equal(sout, torch.full_like(sout, float(n * (rank + i))))
+    check("cuda repeated all_gather_into_tensor / reduce_scatter_tensor, sync and async, values", ok)
     if before is not None:
-        check("cuda repeated all_reduce replayed by the compiled backend", pg.replays - before >= 18)
+        check("cuda repeated calls replayed by the compiled backend", pg.replays - before >= 36)
     try:  # input on the CPU, output on the GPU: refused, naming the argument, before anything moves
         out = torch.zeros(n * 5)
         dist.all_gather_into_tensor(out, torch.ones(5, device="cpu"))
