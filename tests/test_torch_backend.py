@@ -15,15 +15,34 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                 reason="torch is not installed (scripts/setup.sh installs the CPU build)")
 
 
-@pytest.mark.parametrize("n", [2, 3])
-def test_torch_backend(n):
-    proc = run_mpi(n, ["-W", "ignore::FutureWarning", "tests/scripts/torch_backend.py"], timeout=300)
+@pytest.mark.parametrize("n,native", [(2, "1"), (3, "1"), (2, "0")], ids=["2", "3", "2-python-only"])
+def test_torch_backend(n, native):
+    """With the compiled backend (built by scripts/setup.sh, else on first use) torch's groups are
+    ReplayGroups, every CPU call passing through it back to Python; HPCCL_TORCH_NATIVE=0 keeps the Python
+    backend alone, with the same results."""
+    proc = run_mpi(n, ["-W", "ignore::FutureWarning", "tests/scripts/torch_backend.py"], timeout=300,
+                   env={"HPCCL_TORCH_NATIVE": native})
     assert proc.returncode == 0, proc.stdout[-4000:]
     rows = results(proc.stdout)
     assert len(rows) == n, proc.stdout[-3000:]
     for row in rows:
         assert row["bad"] == [] and row["backend"] == "hpccl", row
         assert row["checks"] >= 29, row
+        assert row["group"] == ("ReplayGroup" if native == "1" else "HpcclProcessGroup"), row
+
+
+def test_native_build_failure_falls_back(tmp_path, monkeypatch):
+    """A compiler that fails (or a torch whose headers do not fit) leaves the Python backend in charge,
+    with a warning naming the failure: nothing else changes."""
+    from hpccl.torch import launch, native
+    from hpccl.torch.process_group import HpcclProcessGroup
+    monkeypatch.setenv("HPCCL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CXX", "false")
+    monkeypatch.setattr(native, "_loaded", {})
+    with pytest.raises(RuntimeError, match="failed"):
+        native.build(tmp_path / "x")
+    assert native.load() is None and launch._group_class() is HpcclProcessGroup
+    assert not any(p.suffix == ".so" for p in tmp_path.rglob("*"))  # no half-built module left behind
 
 
 def test_torch_backend_under_torchrun(tmp_path):

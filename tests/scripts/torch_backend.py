@@ -410,7 +410,7 @@ def train_fsdp(group):
 f_h, f_g = train_fsdp(None), train_fsdp(ref)
 check(f"fsdp2 losses equal {REF}'s", same(f_h, f_g))
 print("RESULT " + json.dumps({"rank": rank, "checks": checks, "bad": bad, "device": DEV, "reference": REF,
-                              "backend": dist.get_backend()}), flush=True)
+                              "backend": dist.get_backend(), "group": type(dist.group.WORLD).__name__}), flush=True)
 dist.destroy_process_group()
 # a gloo group object left alive into interpreter teardown beside hpccl's sometimes aborts there
 # ("terminate called without an active exception", docs/TORCH.md): drop it first
