@@ -82,6 +82,7 @@ class _Trainer:
                 if isinstance(m, torch.nn.Linear):
                     fully_shard(m, mesh=mesh)
             self.model = fully_shard(model, mesh=mesh)
+        self.group = group
         self.opt = torch.optim.SGD(self.model.parameters(), lr=1e-3)
         self.x = torch.randn(64, 2048, device=dev, generator=torch.Generator(dev).manual_seed(1))
         self.cuda = dev.startswith("cuda")
@@ -182,8 +183,8 @@ def main() -> None:
         for kind in kinds:
             trainers = {name: _Trainer(kind, g, dev) for name, g in groups.items()}
             _steps(f"{kind} step, 50M MLP", trainers, a.steps * REPS, out, base, cpu_group, rank)
-            if a.trace and kind == "ddp":
-                _trace(trainers, a.trace, rank, cuda)
+            if a.trace:
+                _trace(kind, trainers, a.trace, rank, cuda)
             if a.probe and kind == "ddp":
                 _probe(trainers, a.steps, rank)
             del trainers
@@ -273,21 +274,30 @@ def _probe(trainers: dict, steps: int, rank: int) -> None:
                                    for k, v in spent.items()), flush=True)
 
 
-def _trace(trainers: dict, where: str, rank: int, cuda: bool) -> None:
-    """torch.profiler of 3 steps per backend: a table by self CUDA (or CPU) time, and the Chrome trace."""
+def _trace(kind: str, trainers: dict, where: str, rank: int, cuda: bool) -> None:
+    """torch.profiler of 3 steps per backend: a table by self CUDA (or CPU) time, and the Chrome trace; the
+    hpccl group's calls replayed by its compiled backend during them are counted in the table's file."""
     from torch.profiler import ProfilerActivity, profile
     os.makedirs(where, exist_ok=True)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for name, tr in trainers.items():
         tr.step()
+        pg = getattr(tr, "group", None)
+        before = getattr(pg, "replays", None)
         with profile(activities=acts) as prof:
             for _ in range(3):
                 tr.step()
         if rank == 0:
             key = "self_cuda_time_total" if cuda else "self_cpu_time_total"
-            with open(os.path.join(where, f"ddp_{name}.txt"), "w") as f:
-                f.write(prof.key_averages().table(sort_by=key, row_limit=25, max_name_column_width=60))
-            tmp = os.path.join(where, f"ddp_{name}.json")
+            with open(os.path.join(where, f"{kind}_{name}.txt"), "w") as f:
+                if before is not None:
+                    f.write(f"# {type(pg).__name__}: {pg.replays - before} calls replayed by the compiled "
+                            "backend in these 3 steps\n")
+                avg = prof.key_averages()
+                f.write(avg.table(sort_by=key, row_limit=25, max_name_column_width=60))
+                if cuda:  # and where the host's time goes
+                    f.write("\n" + avg.table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
+            tmp = os.path.join(where, f"{kind}_{name}.json")
             prof.export_chrome_trace(tmp)
             with open(tmp, "rb") as src, gzip.open(tmp + ".gz", "wb") as dst:
                 shutil.copyfileobj(src, dst)
