@@ -15,4 +15,7 @@ fi
 if [ "${HPCCL_SKIP_TORCH:-0}" != "1" ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
   .venv/bin/python -m pip install -q expecttest hypothesis
+  # the torch backend's compiled part, built now rather than by the first process group (cached; a
+  # failure leaves the Python backend in charge and is not fatal here)
+  .venv/bin/python -W ignore -m hpccl.torch.native || echo "setup: the torch backend's compiled part was not built"
 fi
