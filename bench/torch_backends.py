@@ -109,6 +109,9 @@ def main() -> None:
     p.add_argument("--largest", default="16M", help="largest all_reduce of the per-size rows")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per repetition")
     p.add_argument("--train", default="ddp,fsdp", help="training steps to time (comma list; empty: none)")
+    p.add_argument("--no-calls", action="store_true", help="time the training steps only (no per-call rows)")
+    p.add_argument("--baseline-first", action="store_true",
+                   help="build the baseline's model before hpccl's (an allocation-order A/B)")
     p.add_argument("--json", default="")
     p.add_argument("--trace", default="", help="directory for profiler tables of DDP steps")
     p.add_argument("--probe", action="store_true", help="time hpccl's Python inside DDP steps (per call)")
@@ -157,31 +160,34 @@ def main() -> None:
         print(f"# torch {torch.__version__}, {n} rank(s), {out['gpu'] or 'CPU'}: hpccl vs {base}, fp32 sum, "
               f"median of {REPS} interleaved repetitions, slowest rank", flush=True)
         print(f"{'measure':<34} {'hpccl us':>11} {base + ' us':>11} {'ratio':>7}", flush=True)
-    t8 = torch.zeros(2, device=dev)
-    measure("host time per call, 8 B", lambda g: (lambda: dist.all_reduce(t8, group=g)),
-            lambda fn: _host(fn, 2000, cuda))
-    measure("async + get_future + wait, 8 B",  # DDP's path per bucket (its reducer calls from C++)
-            lambda g: (lambda: dist.all_reduce(t8, group=g, async_op=True).get_future().wait()),
-            lambda fn: _host(fn, 1000, cuda))
-    for size in _sizes(8, int(float(a.largest.rstrip("MK")) * (1 << 20 if a.largest.endswith("M") else 1 << 10)), 16):
-        t = torch.zeros(max(1, size // 4), device=dev)
-        iters = max(20, min(1000, int(4e9 / size))) if cuda else max(5, min(500, int(2e7 / size)))
+    if not a.no_calls:
+        t8 = torch.zeros(2, device=dev)
+        measure("host time per call, 8 B", lambda g: (lambda: dist.all_reduce(t8, group=g)),
+                lambda fn: _host(fn, 2000, cuda))
+        measure("async + get_future + wait, 8 B",  # DDP's path per bucket (its reducer calls from C++)
+                lambda g: (lambda: dist.all_reduce(t8, group=g, async_op=True).get_future().wait()),
+                lambda fn: _host(fn, 1000, cuda))
+        for size in _sizes(8, int(float(a.largest.rstrip("MK")) * (1 << 20 if a.largest.endswith("M") else 1 << 10)), 16):
+            t = torch.zeros(max(1, size // 4), device=dev)
+            iters = max(20, min(1000, int(4e9 / size))) if cuda else max(5, min(500, int(2e7 / size)))
+            if cuda:
+                measure(f"back-to-back, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
+                        lambda fn, it=iters: _events(fn, it))
+                measure(f"+ synchronize, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
+                        lambda fn, it=max(20, iters // 4): _sync(fn, it))
+            else:
+                measure(f"all_reduce, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
+                        lambda fn, it=iters: _host(fn, it, False))
         if cuda:
-            measure(f"back-to-back, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
-                    lambda fn, it=iters: _events(fn, it))
-            measure(f"+ synchronize, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
-                    lambda fn, it=max(20, iters // 4): _sync(fn, it))
-        else:
-            measure(f"all_reduce, {size} B", lambda g, t=t: (lambda: dist.all_reduce(t, group=g)),
-                    lambda fn, it=iters: _host(fn, it, False))
-    if cuda:
-        big = torch.zeros(64 << 20, device=dev)
-        measure("in place, 256 MiB", lambda g: (lambda: dist.all_reduce(big, group=g)), lambda fn: _events(fn, 20))
-        del big
+            big = torch.zeros(64 << 20, device=dev)
+            measure("in place, 256 MiB", lambda g: (lambda: dist.all_reduce(big, group=g)), lambda fn: _events(fn, 20))
+            del big
     kinds = [k for k in a.train.split(",") if k and (k != "fsdp" or base != "gloo" or not cuda)]
     if kinds:  # FSDP2 needs reduce_scatter, which gloo lacks on CUDA tensors
         for kind in kinds:
-            trainers = {name: _Trainer(kind, g, dev) for name, g in groups.items()}
+            built = {name: _Trainer(kind, g, dev)
+                     for name, g in (reversed(groups.items()) if a.baseline_first else groups.items())}
+            trainers = {name: built[name] for name in groups}
             _steps(f"{kind} step, 50M MLP", trainers, a.steps * REPS, out, base, cpu_group, rank)
             if a.trace:
                 _trace(kind, trainers, a.trace, rank, cuda)
@@ -198,15 +204,17 @@ def main() -> None:
 
 
 def _steps(label: str, trainers: dict, count: int, out: dict, base: str, cpu_group: object, rank: int) -> None:
-    """Training steps alternated one by one between the backends (a drifting clock or GPU state then
-    affects both alike); the median step per backend, from the slowest rank, and the spread."""
+    """Training steps alternated one by one between the backends, the order reversed every other round
+    (a drifting clock or GPU state, and going first or second, then affect both alike); the median step
+    per backend, from the slowest rank, and the spread."""
     times: dict = {name: [] for name in trainers}
     for tr in trainers.values():
         for _ in range(3):
             tr.step()
     dist.barrier(group=cpu_group)
-    for _ in range(count):
-        for name, tr in trainers.items():
+    order = list(trainers.items())
+    for i in range(count):
+        for name, tr in (order if i % 2 == 0 else order[::-1]):
             t0 = time.perf_counter()
             tr.step()
             times[name].append(time.perf_counter() - t0)
