@@ -11,9 +11,9 @@ mkdir -p "$OUT"
 python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 || tail -5 /tmp/build_ext.log
 python3 -W ignore -m hpccl.torch.native
 rc=0
-for run in 1 2; do
+for run in ${RUNS:-1 2}; do
   for flag in "" --baseline-first; do
-    echo "=== run $run ${flag:-(hpccl's model built first)} ($(date -u +%T))"
+    echo "=== run $run ${flag:-default order} ($(date -u +%T))"
     env -u OMPI_COMM_WORLD_SIZE python3 -W ignore -m torch.distributed.run --standalone --nproc-per-node=1 \
       bench/torch_backends.py --no-calls $flag 2>&1 | grep -a -v "^\s*$\|Warning\|warn" || rc=1
   done

@@ -27,6 +27,7 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def __init__(self, comm: Communicator, rank: int, size: int) -> None:
         super().__init__(rank, size)
+        self._rank, self._size = rank, size
         self.comm = comm
         self._coalescing: Optional[List[Any]] = None
         self._sides: dict = {}  # device index -> this group's Side there (asynchronous calls)
@@ -104,6 +105,14 @@ class HpcclProcessGroup(dist.ProcessGroup):
             torch.cuda.current_stream(idx).synchronize()
 
     # ----- identity, life cycle, splitting ---------------------------------------------------------
+    # torch's own rank()/size() release the GIL and, on a group written in Python, take it back in the
+    # C++ trampoline: microseconds per call where other threads run, and FSDP2 asks dozens of times a step
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 
