@@ -244,7 +244,7 @@ def test_gpu_timeout_names_ranks_that_never_launched():
     import types
     from hpccl.cuda_comm import CudaComm
     counts = {0: 7, 1: 7, 2: 6, 3: 9}
-    fake = types.SimpleNamespace(_shm=types.SimpleNamespace(launched=counts.get), _seq=7,
+    fake = types.SimpleNamespace(_shm=types.SimpleNamespace(launched=counts.get), fs=types.SimpleNamespace(seq=7),
                                  comm=types.SimpleNamespace(size=4, rank=0))
     assert CudaComm.never_launched(fake) == [2]
     fake._shm = None  # no shared memory (HPCCL_TRANSPORT=mpi): nothing to read
