@@ -167,7 +167,8 @@ def main() -> None:
         measure("async + get_future + wait, 8 B",  # DDP's path per bucket (its reducer calls from C++)
                 lambda g: (lambda: dist.all_reduce(t8, group=g, async_op=True).get_future().wait()),
                 lambda fn: _host(fn, 1000, cuda))
-        for size in _sizes(8, int(float(a.largest.rstrip("MK")) * (1 << 20 if a.largest.endswith("M") else 1 << 10)), 16):
+        largest = int(float(a.largest.rstrip("MK")) * (1 << 20 if a.largest.endswith("M") else 1 << 10))
+        for size in _sizes(8, largest, 16):
             t = torch.zeros(max(1, size // 4), device=dev)
             iters = max(20, min(1000, int(4e9 / size))) if cuda else max(5, min(500, int(2e7 / size)))
             if cuda:

@@ -40,7 +40,7 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage "machine"
 nvidia-smi -L
 python3 -c "import torch, cupy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version(), 'cupy', cupy.__version__, 'gpus', torch.cuda.device_count())"
-stage "builds: hpccl's C extensions, the torch backend's compiled all_reduce (as pip install and first use do)"
+stage "builds: hpccl's C extensions, the torch backend's compiled path (as pip install and first use do)"
 python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 && echo "C extensions: built" \
   || { echo "C extensions: not built"; tail -5 /tmp/build_ext.log; }
 ( time python3 -W ignore -m hpccl.torch.native ) 2>&1 | grep -a -v "^\s*$\|^user\|^sys" || rc=1

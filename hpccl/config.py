@@ -145,8 +145,9 @@ _param("HPCCL_UCX_TCP_TUNE", True, _bool,
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
 _param("HPCCL_TORCH_NATIVE", True, _bool,
-       "The torch backend's compiled all_reduce (hpccl/torch/_native.cpp: repeated CUDA calls replayed with "
-       "no Python, as DDP's buckets are): built with the C++ compiler on first use and cached; 0 keeps the "
+       "The torch backend's compiled path (hpccl/torch/_native.cpp: repeated CUDA all_reduce, "
+       "all_gather_into_tensor and reduce_scatter_tensor replayed with no Python, as DDP's buckets and "
+       "FSDP2's parameter groups are): built with the C++ compiler on first use and cached; 0 keeps the "
        "Python backend alone.")
 _param("HPCCL_CACHE_DIR", "", str,
        "Where hpccl caches what it builds on first use (the torch backend's compiled part); default "

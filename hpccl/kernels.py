@@ -261,15 +261,18 @@ class Driver:
             raise HpcclSystemError(f"cuMemHostAlloc of {nbytes} bytes failed: {self.error_name(rc)}")
         return int(p.value)
 
+    @staticmethod
+    def address(f: Any) -> int:
+        """The address of a driver entry point (for compiled code that calls the driver itself)."""
+        return ctypes.cast(f, ctypes.c_void_p).value
+
     def wait_entry_point(self) -> int:
         """Address of cuStreamWaitEvent (for launches replayed from compiled code: hpccl/torch/_native.cpp)."""
-        return ctypes.cast(self.stream_wait_event, ctypes.c_void_p).value
+        return self.address(self.stream_wait_event)
 
     def entry_points(self) -> Tuple[int, int, int]:
         """Addresses of cuLaunchKernel, cuStreamIsCapturing and cuEventRecord (for the compiled launch)."""
-        def addr(f: Any) -> int:
-            return ctypes.cast(f, ctypes.c_void_p).value
-        return addr(self.launch_fn), addr(self._is_capturing), addr(self.event_record)
+        return self.address(self.launch_fn), self.address(self._is_capturing), self.address(self.event_record)
 
     def capturing(self, stream: int) -> bool:
         st = ctypes.c_int(0)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import List, Optional
@@ -38,7 +39,9 @@ def _flags() -> List[str]:
     for name in ("_get_pybind11_abi_build_flags", "_get_glibcxx_abi_build_flags"):
         fn = getattr(ext, name, None)
         if fn is not None:
-            flags += fn()
+            with warnings.catch_warnings():  # torch's note that these are internal: nothing for a user to do
+                warnings.simplefilter("ignore", DeprecationWarning)
+                flags += fn()
     for inc in [*ext.include_paths(), sysconfig.get_paths()["include"]]:
         flags += ["-isystem", inc]  # torch's own headers' warnings are not ours
     for lib in ext.library_paths():

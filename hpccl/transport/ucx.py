@@ -14,8 +14,8 @@ they are, so UCX moves them itself (cuda_copy, cuda_ipc, GPU-Direct RDMA) with n
 
 UCX_TLS and UCX_NET_DEVICES are UCX's own and are respected; HPCCL_UCX_TLS fills in UCX_TLS when that is
 unset (or empty). Set-up is collective and fails on every rank at once (never a hang): a UCX_NET_DEVICES
-that names no usable device, or ring neighbours that cannot exchange a byte within HPCCL_TIMEOUT (kept between 10 and 60 s),
-raise an error naming the device or ranks and the variables to check. Other endpoints are made on first
+that names no usable device, or ring neighbours that cannot exchange a byte within HPCCL_TIMEOUT (kept
+between 10 and 60 s), raise an error naming the device or ranks and the variables to check. Other endpoints are made on first
 use; one that cannot be made raises HpcclSystemError naming the peer.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-from .. import config, log
+from .. import log
 from ..errors import HpcclEnvironmentError, HpcclError, HpcclRemoteError, HpcclSystemError
 from .. import memory
 from ..ops import ReduceOp
