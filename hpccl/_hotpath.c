@@ -14,12 +14,25 @@
    A wait that outlasts a short spin returns 1 ("pending"): Python's Waiter then keeps calling resume(),
    with its timeout, abort and dead-peer checks, so no failure path lives here. Anything this code does
    not handle (a dtype, a layout, a size) returns -1 before any state changes; that decision depends only
-   on the collective, dtype, count and op, which agree across ranks, so all ranks take the same path. */
+   on the collective, dtype, count and op, which agree across ranks, so all ranks take the same path.
+
+   Broadcast from ``cma_min`` bytes (when every rank may read its peers' memory) moves no data through the
+   slots: the root's buffer is read and written directly between processes (process_vm_readv/writev).
+   Data a core has just written to a slot reaches another core slowly (a cache-to-cache transfer of every
+   line), while a single copy out of the root's own buffer does not pay that, and the root shares the work:
+   it writes the first part of every peer's output while the peers read the rest. Every rank publishes its
+   buffer's address in its header with the counter; each rank then publishes a "done" word (2f, or 2f+1
+   when the root's writes failed and the peers read that part themselves), and returns once the ranks
+   whose memory it touched or who touch its memory are done: the root's buffer is free again on return. */
+#define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 #include <time.h>
 
 #include "_reduce.h"
@@ -29,7 +42,7 @@
 #define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
-enum { S_IDLE, S_PRE, S_WAIT };
+enum { S_IDLE, S_PRE, S_WAIT, S_DONE };
 
 typedef struct {
   PyObject_HEAD
@@ -40,10 +53,17 @@ typedef struct {
   int64_t *arrived[MAXR];    /* each rank's arrival counter (the communicator's call sequence) */
   int64_t *ctr[MAXR];        /* each rank's hot-path counter */
   char *slot[MAXR];          /* each rank's two slots */
+  int64_t *addr[MAXR];       /* each rank's buffer address of a direct call (header word) */
+  int64_t *done[MAXR];       /* each rank's done word of a direct call: 2f, or 2f + 1 (root's writes failed) */
+  pid_t pid[MAXR];
+  Py_ssize_t cma_min;        /* broadcasts of at least this many bytes go direct; 0: never */
   int64_t f;                 /* this rank's hot-path calls */
   /* the call in progress */
   int state, kind, op, dt, root, esize;
   Py_ssize_t nbytes;         /* this rank's contribution (all_gather: one block) */
+  int direct;                /* the call in progress moves data between processes, not through slots */
+  int err;                   /* errno of a failed direct read (the call then fails, naming the rank) */
+  Py_ssize_t head;           /* direct broadcast: the bytes of each peer's output the root writes */
   Py_buffer send, recv;
   int have_send, have_recv;
   /* counters per collective (comm.stats()): completed calls, this rank's bytes, seconds inside them */
@@ -87,6 +107,58 @@ static void reduce_slots(Hot *h, char *out, Py_ssize_t off, Py_ssize_t nbytes) {
   if (h->op == OP_AVG) avg_scale(out, nbytes / h->esize, h->dt, h->n);
 }
 
+/* ---- direct broadcast ---- */
+/* Move len bytes between this process's ``local`` and process pid's ``remote``; 0 or an errno. */
+static int cma_move(pid_t pid, char *local, int64_t remote, Py_ssize_t len, int write) {
+  Py_ssize_t off = 0;
+  while (off < len) {
+    struct iovec l = {local + off, (size_t)(len - off)}, r = {(void *)(uintptr_t)(remote + off), (size_t)(len - off)};
+    ssize_t got = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (got == 0) return EIO;
+    off += got;
+  }
+  return 0;
+}
+
+/* The root writes the first ``head`` bytes of every peer's output, the peers read the rest: (n-1) * head
+   for the root, nbytes - head for each peer. It depends on nbytes and n alone, which every rank knows (not
+   on whether the root's call is in place, which only the root knows). */
+static Py_ssize_t direct_head(Hot *h) {
+  Py_ssize_t head = h->nbytes / h->n;
+  return head < 4096 ? 0 : head & ~(Py_ssize_t)4095;
+}
+
+/* This rank's part of a direct broadcast; done word published after it. */
+static void direct_part(Hot *h) {
+  int64_t f = h->f, mark = 2 * f;
+  if (h->rank == h->root) {
+    for (int r = 0; r < h->n && h->head; r++) {
+      if (r == h->rank) continue;
+      if (cma_move(h->pid[r], (char *)h->send.buf, ld_acq(h->addr[r]), h->head, 1) != 0) {
+        mark = 2 * f + 1; /* the peers read the head themselves */
+        break;
+      }
+    }
+    if (h->have_recv && h->recv.buf != h->send.buf) memmove(h->recv.buf, h->send.buf, h->nbytes);
+  } else {
+    h->err = cma_move(h->pid[h->root], (char *)h->recv.buf + h->head, ld_acq(h->addr[h->root]) + h->head,
+                      h->nbytes - h->head, 0);
+  }
+  st_rel(h->done[h->rank], mark);
+}
+
+/* Whether the ranks this one depends on (the root: every peer; a peer: the root) are done. */
+static int direct_ready(Hot *h) {
+  if (h->rank != h->root) return ld_acq(h->done[h->root]) >= 2 * h->f;
+  for (int r = 0; r < h->n; r++)
+    if (r != h->rank && ld_acq(h->done[r]) < 2 * h->f) return 0;
+  return 1;
+}
+
 /* ---- the protocol ---- */
 static int peers_at(Hot *h, int64_t v) {
   for (int r = 0; r < h->n; r++)
@@ -95,12 +167,18 @@ static int peers_at(Hot *h, int64_t v) {
 }
 
 static int needed_ready(Hot *h) {
+  if (h->direct && h->rank == h->root) return peers_at(h, h->f);
   if (h->kind == K_BC) return h->rank == h->root || ld_acq(h->ctr[h->root]) >= h->f;
   if (h->kind == K_RED) return h->rank != h->root || peers_at(h, h->f);
   return peers_at(h, h->f);
 }
 
 static void publish(Hot *h) {
+  if (h->direct) {
+    st_rel(h->addr[h->rank], (int64_t)(uintptr_t)(h->rank == h->root ? h->send.buf : h->recv.buf));
+    st_rel(h->ctr[h->rank], h->f);
+    return;
+  }
   if (h->kind != K_BAR && (h->kind != K_BC || h->rank == h->root))
     memcpy(slot_of(h, h->rank, h->f), h->send.buf, h->nbytes);
   st_rel(h->ctr[h->rank], h->f);
@@ -145,7 +223,32 @@ static int advance(Hot *h) {
       }
       h->state = S_WAIT;
     }
-    if (h->state == S_WAIT && needed_ready(h)) {
+    if (h->state == S_WAIT && h->direct && needed_ready(h)) {
+      Py_BEGIN_ALLOW_THREADS direct_part(h);
+      Py_END_ALLOW_THREADS
+      h->state = S_DONE;
+    }
+    if (h->state == S_DONE && direct_ready(h)) {
+      if (h->rank != h->root && h->err == 0 && ld_acq(h->done[h->root]) == 2 * h->f + 1) {
+        Py_BEGIN_ALLOW_THREADS h->err = cma_move(h->pid[h->root], (char *)h->recv.buf, ld_acq(h->addr[h->root]),
+                                                 h->head, 0);
+        Py_END_ALLOW_THREADS
+      }
+      if (h->err != 0) {
+        int e = h->err, root = h->root;
+        release(h);
+        errno = e;
+        PyErr_Format(PyExc_OSError, "hpccl hot path: reading broadcast data from rank %d's memory failed: %s",
+                     root, strerror(e));
+        return -2;
+      }
+      h->n_calls[h->kind] += 1;
+      h->n_bytes[h->kind] += h->nbytes;
+      h->n_secs[h->kind] += now() - h->t0;
+      release(h);
+      return 0;
+    }
+    if (h->state == S_WAIT && !h->direct && needed_ready(h)) {
       if (h->nbytes >= BIG) {
         Py_BEGIN_ALLOW_THREADS finish(h);
         Py_END_ALLOW_THREADS
@@ -175,6 +278,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     return -2;
   }
   h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
+  h->direct = 0, h->err = 0, h->head = 0;
   if (kind != K_BAR) {
     int send_flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
     int root_only = (kind == K_BC || kind == K_RED) && h->rank == root;
@@ -190,7 +294,8 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     int dt = dtype_of(&h->send);
     if (dt < 0) goto decline;
     h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
-    if (h->nbytes == 0 || h->nbytes > h->cap) goto decline;
+    h->direct = kind == K_BC && h->cma_min > 0 && h->n > 1 && h->nbytes >= h->cma_min;
+    if (h->nbytes == 0 || (h->nbytes > h->cap && !h->direct)) goto decline;
     if (kind == K_AR && h->nbytes > h->reduce_cap) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
     int reduces = kind == K_AR || kind == K_RS || kind == K_RED;
@@ -207,6 +312,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
       h->recv.buf = h->send.buf; /* in place */
     }
   }
+  if (h->direct) h->head = direct_head(h);
   h->t0 = now();
   h->f += 1;
   st_rel(h->arrived[h->rank], seq);
@@ -260,7 +366,9 @@ static PyObject *Hot_barrier(Hot *h, PyObject *args) {
 
 static PyObject *Hot_resume(Hot *h, PyObject *unused) {
   if (h->state == S_IDLE) Py_RETURN_TRUE;
-  return PyBool_FromLong(advance(h) == 0);
+  int rc = advance(h);
+  if (rc == -2) return NULL;
+  return PyBool_FromLong(rc == 0);
 }
 
 static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
@@ -270,6 +378,8 @@ static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
   for (int r = 0; r < h->n; r++) {
     if (r == h->rank) continue;
     int late = h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
+               : h->state == S_DONE ? ((h->rank == h->root || r == h->root) && ld_acq(h->done[r]) < 2 * h->f)
+               : h->direct && h->rank == h->root ? ld_acq(h->ctr[r]) < h->f
                : h->kind == K_BC ? (r == h->root && ld_acq(h->ctr[r]) < h->f)
                : h->kind == K_RED ? (h->rank == h->root && ld_acq(h->ctr[r]) < h->f)
                                   : ld_acq(h->ctr[r]) < h->f;
@@ -288,12 +398,12 @@ static PyObject *Hot_cancel(Hot *h, PyObject *unused) {
 }
 
 static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
-  PyObject *bases;
-  Py_ssize_t arrived_off, ctr_off, slot_off, cap, reduce_cap;
+  PyObject *bases, *pids;
+  Py_ssize_t arrived_off, ctr_off, slot_off, addr_off, done_off, cap, reduce_cap, cma_min;
   int rank;
   long spin;
-  if (!PyArg_ParseTuple(args, "Onnnnnil", &bases, &arrived_off, &ctr_off, &slot_off, &cap, &reduce_cap, &rank,
-                        &spin))
+  if (!PyArg_ParseTuple(args, "OOnnnnnnnnil", &bases, &pids, &arrived_off, &ctr_off, &slot_off, &addr_off,
+                        &done_off, &cap, &reduce_cap, &cma_min, &rank, &spin))
     return -1;
   PyObject *seq = PySequence_Fast(bases, "bases must be a sequence of addresses");
   if (seq == NULL) return -1;
@@ -309,8 +419,24 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
     h->arrived[r] = (int64_t *)(b + arrived_off);
     h->ctr[r] = (int64_t *)(b + ctr_off);
     h->slot[r] = b + slot_off;
+    h->addr[r] = (int64_t *)(b + addr_off);
+    h->done[r] = (int64_t *)(b + done_off);
   }
   Py_DECREF(seq);
+  PyObject *pseq = PySequence_Fast(pids, "pids must be a sequence of process ids");
+  if (pseq == NULL) return -1;
+  if (PySequence_Fast_GET_SIZE(pseq) != n) {
+    Py_DECREF(pseq);
+    PyErr_SetString(PyExc_ValueError, "hpccl hot path: one pid per rank");
+    return -1;
+  }
+  for (Py_ssize_t r = 0; r < n; r++) {
+    long p = PyLong_AsLong(PySequence_Fast_GET_ITEM(pseq, r));
+    if (p == -1 && PyErr_Occurred()) { Py_DECREF(pseq); return -1; }
+    h->pid[r] = (pid_t)p;
+  }
+  Py_DECREF(pseq);
+  h->cma_min = cma_min;
   h->n = (int)n, h->rank = rank, h->cap = cap, h->reduce_cap = reduce_cap, h->spin = spin, h->f = 0;
   h->state = S_IDLE;
   h->have_send = h->have_recv = 0;

@@ -37,16 +37,19 @@ def available() -> bool:
     return _hotpath is not None
 
 
-def attach(shm: Any, rank: int, spin: int) -> Optional[Any]:
+def attach(shm: Any, rank: int, spin: int, single_copy: bool = False) -> Optional[Any]:
     """A hot-path object over this communicator's shared-memory segments, or None when the extension is
-    not built or HPCCL_HOT_SIZE is 0."""
+    not built or HPCCL_HOT_SIZE is 0. ``single_copy``: every rank may read its peers' memory (agreed), so
+    broadcasts from HPCCL_HOT_DIRECT_SIZE bytes move directly between the processes, at any size."""
     if _hotpath is None:
         return None
-    bases, arrived_off, hot_ctr_off, slot_off, cap = shm.hot_layout()
+    bases, pids, arrived_off, hot_ctr_off, slot_off, addr_off, done_off, cap = shm.hot_layout()
     if cap <= 0:
         return None
     reduce_cap = min(cap, max(0, config.get("HPCCL_HOT_REDUCE_SIZE")))
-    return _hotpath.Hot(bases, arrived_off, hot_ctr_off, slot_off, cap, reduce_cap, rank, spin)
+    direct = max(0, config.get("HPCCL_HOT_DIRECT_SIZE")) if single_copy else 0
+    return _hotpath.Hot(bases, pids, arrived_off, hot_ctr_off, slot_off, addr_off, done_off, cap, reduce_cap,
+                        direct, rank, spin)
 
 
 def attach_net(transport: Any, spin: int) -> Optional[Any]:

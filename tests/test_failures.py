@@ -8,7 +8,8 @@ import pytest
 from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_snapshot, start_plain
 
 
-@pytest.mark.parametrize("n,algo", [(2, ""), (3, "ring"), (4, "twoshot"), (3, "tree"), (3, "hot"), (4, "hot")])
+@pytest.mark.parametrize("n,algo", [(2, ""), (3, "ring"), (4, "twoshot"), (3, "tree"), (3, "hot"), (4, "hot"),
+                                    (3, "hot-bcast")])
 def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     timeout = 2.0
     proc = run_mpi(n, ["tests/scripts/skip_collective.py", algo], env={"HPCCL_TIMEOUT": str(timeout)},
@@ -21,7 +22,7 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     assert timeouts, waiting
     for row in waiting:
         assert row["error"] in ("HpcclTimeoutError", "HpcclRemoteError"), row
-        assert "all_reduce #2" in row["message"], row
+        assert ("broadcast #2" if algo == "hot-bcast" else "all_reduce #2") in row["message"], row
         assert f"[{n - 1}]" in row["message"], row
         assert row["seconds"] < timeout + 3.0, row
         assert "aborted" in row["after"], row

@@ -38,6 +38,8 @@ _I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names 
 # on a peer that failed exit within microseconds instead of at HPCCL_TIMEOUT
 _I_GPUERR = 48
 _I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotpath.c)
+# the hot path's direct broadcast: this rank's buffer address for the call, and its "done" word
+_I_HOTADDR, _I_HOTDONE = 64, 72
 GPU_ERR_ABORT = 2  # cuda/hpccl_device.cuh HPCCL_ERR_ABORT
 
 _live_paths: Set[str] = set()
@@ -401,11 +403,12 @@ class ShmTransport(Transport):
         return self._segs[self.rank].q
 
     def hot_layout(self) -> tuple:
-        """What the compiled hot path needs: every rank's segment address (in rank order), the byte offsets
-        of the arrival counter, the hot-path counter and the two slots, and the bytes per slot."""
+        """What the compiled hot path needs: every rank's segment address and process id (in rank order), the
+        byte offsets of the arrival counter, the hot-path counter, the two slots and the direct broadcast's
+        address and done words, and the bytes per slot."""
         lay = self._lay
-        return ([self._segs[r].u8.ctypes.data for r in self.ranks], 8 * _I_ARRIVED, 8 * _I_HOT, lay.hot_off,
-                lay.hot)
+        return ([self._segs[r].u8.ctypes.data for r in self.ranks], [int(self._segs[r].q[_I_PID]) for r in self.ranks],
+                8 * _I_ARRIVED, 8 * _I_HOT, lay.hot_off, 8 * _I_HOTADDR, 8 * _I_HOTDONE, lay.hot)
 
     def gpu_error_word(self) -> int:
         """Address of this rank's GPU error word (a u32 at the start of an int64 header slot)."""

@@ -130,6 +130,35 @@ def test_interleaved_with_declined_calls(comm):
             assert close(got, full[r * c:(r + 1) * c], SUM), (i, dtype, count)
 
 
+def test_direct_broadcast_any_mix_of_buffers(comm):
+    """Broadcasts from HPCCL_HOT_DIRECT_SIZE bytes move between the processes (the root writes the head of
+    every peer's output, the peers read the rest): every root, sizes around the threshold, odd byte counts
+    and several times the slot, each rank choosing in place or out of place on its own; every result and
+    the root's input checked, and all of it on the hot path when single-copy reads are allowed."""
+    n, r = comm.size, comm.rank
+    direct = config.get("HPCCL_HOT_DIRECT_SIZE") if comm._prim.single_copy else 0
+    cap = config.get("HPCCL_HOT_SIZE")
+    before = comm._hot.calls
+    sizes = [max(1, direct - 1), direct, direct + 4097, 3 * 4096 * n + 13, cap + 5, 3 * cap]
+    calls = 0
+    for i, nbytes in enumerate(sizes):
+        for root in range(n):
+            want = data(nbytes, np.dtype(np.uint8), root, i)
+            mine = data(nbytes, np.dtype(np.uint8), r, i)
+            keep = mine.copy()
+            if (r + i + root) % 2:  # out of place: the input must stay as it was, on the root too
+                out = np.full(nbytes, 7, np.uint8)
+                comm.broadcast(mine, root, recvbuf=out)
+                assert np.array_equal(out, want), (nbytes, root, "out of place")
+                assert np.array_equal(mine, keep) or r != root, (nbytes, root, "the root's input changed")
+            else:
+                comm.broadcast(mine, root)
+                assert np.array_equal(mine, want), (nbytes, root, "in place")
+            calls += nbytes <= cap or (direct and nbytes >= direct)
+    if direct:
+        assert comm._hot.calls == before + calls, "a direct broadcast left the hot path"
+
+
 def test_bad_buffers_raise_before_anything_moves(comm):
     """A wrong output buffer is declined by C and named by the Python checks; the communicator stays
     usable (the hot path counted nothing for the refused call)."""
