@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from .errors import HpcclInvalidUsage
+from .errors import HpcclError, HpcclInvalidUsage, HpcclRemoteError
 from .ops import DTYPES, ReduceOp
 
 COLLECTIVES = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "barrier",
@@ -72,3 +72,21 @@ def agree(comm: Any, call: Any) -> None:
     if diff:
         what = "; ".join(f"rank(s) {ranks}: {desc}" for ranks, desc in diff)
         raise HpcclInvalidUsage(f"HPCCL_CHECK: call #{comm._seq} differs across ranks: {what}")
+
+
+def before(comm: Any, call: Any, rec: list) -> None:
+    """HPCCL_CHECK: the ranks compare what they are about to call. A mismatch is a usage error found by
+    every rank before any data of the call moved, so the communicator stays usable (no abort: an abort
+    would reach ranks still comparing and hide the mismatch from them); a failed exchange aborts."""
+    comm._waiter.collective = f"HPCCL_CHECK before {call.coll}"
+    try:
+        agree(comm, call)
+    except HpcclInvalidUsage:
+        comm._rec.end(rec, "failed: HpcclInvalidUsage")
+        raise
+    except HpcclError as exc:
+        comm._rec.end(rec, f"failed: {type(exc).__name__}")
+        comm.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+        raise
+    finally:
+        comm._waiter.collective = call.coll

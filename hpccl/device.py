@@ -10,12 +10,13 @@ device and memory component, and what runs device algorithms on this layout:
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import numpy as np
 
 from . import config, log
-from .errors import HpcclSystemError, HpcclUnsupported
+from .errors import HpcclInvalidArgument, HpcclInvalidUsage, HpcclSystemError, HpcclUnsupported
+from .interop import HOST, memory_kind
 from .memory.cuda import DeviceMemory, blocking_for_device
 from .ops import SUM
 from .primitives import Primitives
@@ -144,6 +145,26 @@ class DeviceSide:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+
+
+def registrable(comm: Any, buf: Any, what: str) -> Tuple[Any, Any]:
+    """(kernel engine, flat view) for comm.register/deregister of buf, checked: a non-empty CUDA buffer,
+    outside a group, on a communicator of one node (whose kernels read registered buffers directly)."""
+    comm._alive(what)
+    if comm._group is not None:
+        raise HpcclInvalidUsage(f"{what} inside comm.group(); call it outside the group")
+    if type(buf) is np.ndarray or memory_kind(buf) == HOST:
+        raise HpcclInvalidArgument("buf", f"is host memory; {what} takes CUDA buffers (host calls need no "
+                                          "registration)")
+    m = comm._memory(buf, what)
+    flat, _ = m.view(buf, "buf")
+    if flat.nbytes == 0:
+        raise HpcclInvalidArgument("buf", f"is empty; nothing to {what}")
+    eng = comm._dev.engine
+    if eng is None:
+        raise HpcclUnsupported(f"{what}: zero-copy kernels serve communicators of one node; this one spans "
+                               f"{comm.num_nodes} nodes (its GPU calls go through the network proxy)")
+    return eng, flat
 
 
 def rank_device(local_rank: int, ndev: int) -> int:

@@ -122,7 +122,7 @@ def test_steps_nest_in_the_users_call(tmp_path, monkeypatch, capsys):
     assert top.step() == "step 3 (intra all_gather)"
     assert intra.at() == ("all_reduce", 1, "step 3 (intra all_gather)") and top.at() is None
     # a network step's error raised later (synchronize) is named after the user's call, from at()
-    from hpccl.comm import _in_call
+    from hpccl.failures import in_call as _in_call
     from hpccl.errors import HpcclRemoteError, HpcclTimeoutError
     late = HpcclTimeoutError("all_reduce", 7, [3], 1.0)
     late.in_call = inter.at()

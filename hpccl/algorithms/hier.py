@@ -1,17 +1,14 @@
 """Hierarchical collectives for communicators spanning nodes: fast steps inside each node (shared memory
 or GPU peer memory), then the network between nodes, composed from the sub-communicators' collectives.
-Needs the same number of ranks on every node."""
+Needs the same number of ranks on every node. The communicator hands in its Steps: hier knows no communicator."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Callable, List
 
 import numpy as np
 
 from ..ops import AVG, SUM
 from .parts import offsets
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..comm import Communicator
 
 _SUPPORTED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
@@ -21,21 +18,38 @@ def fits(coll: str, lay) -> bool:
     return coll in _SUPPORTED and lay.equal and lay.nodes > 1 and lay.local > 1
 
 
-def supports(comm: "Communicator", coll: str) -> bool:
-    return fits(coll, comm.layout)
+class Steps:
+    """What hier needs of a communicator: where the rank sits (rank, size, local_rank, local_size, num_nodes,
+    nodes: the NodeMap) and how to run a step, on flat arrays, on its node's ('intra') or its network
+    ('inter') sub-communicator: ``intra(coll, *args, stream=...)`` and ``inter`` likewise."""
+
+    __slots__ = ("rank", "size", "local_rank", "local_size", "num_nodes", "nodes", "_intra", "_inter", "_stream")
+
+    def __init__(self, rank: int, size: int, local_rank: int, local_size: int, num_nodes: int, nodes: Any,
+                 intra: Callable[..., None], inter: Callable[..., None], stream: Any = None) -> None:
+        self.rank, self.size, self.local_rank, self.local_size = rank, size, local_rank, local_size
+        self.num_nodes, self.nodes = num_nodes, nodes
+        self._intra, self._inter, self._stream = intra, inter, stream
+
+    def node(self, coll: str, *args: Any) -> None:
+        """One step among the ranks of this node (shared memory or GPU kernels), on the caller's stream."""
+        self._intra(coll, *args, stream=self._stream)
+
+    def net(self, coll: str, *args: Any) -> None:
+        """One step among the ranks of this local rank on every node (the network), on the caller's stream."""
+        self._inter(coll, *args, stream=self._stream)
 
 
-def _inter_rank(comm: "Communicator", rank: int) -> int:
+def _inter_rank(s: Steps, rank: int) -> int:
     """Rank that ``rank`` has in the inter-node communicator of its local rank."""
-    l = comm.nodes.local_rank(rank)
-    peers = [r for r in range(comm.size) if comm.nodes.local_rank(r) == l]
+    l = s.nodes.local_rank(rank)
+    peers = [r for r in range(s.size) if s.nodes.local_rank(r) == l]
     return peers.index(rank)
 
 
-def _groups(comm: "Communicator"):
+def _groups(s: Steps) -> List[List[int]]:
     """Ranks of each local rank l across the nodes, in parent-rank order (= inter-communicator order)."""
-    L = comm.local_size
-    return [[r for r in range(comm.size) if comm.nodes.local_rank(r) == l] for l in range(L)]
+    return [[r for r in range(s.size) if s.nodes.local_rank(r) == l] for l in range(s.local_size)]
 
 
 def _empty(like, count: int):
@@ -44,17 +58,11 @@ def _empty(like, count: int):
     return np.empty_like(like, shape=(count,))
 
 
-def run(comm: "Communicator", coll: str, *args, stream=None) -> None:
+def run(steps: Steps, coll: str, *args: Any) -> None:
     """One hierarchical collective on flat arrays of either memory kind; every sub-step is a call of the
     'intra' (node: shared memory or GPU kernels) or 'inter' (network) sub-communicator."""
-    intra, inter = comm._subcomm("intra"), comm._subcomm("inter")
-    L, M = comm.local_size, comm.num_nodes
-
-    def node(c: str, *a) -> None:
-        intra._flat(c, *a, stream=stream)
-
-    def net(c: str, *a) -> None:
-        inter._flat(c, *a, stream=stream)
+    s, node, net = steps, steps.node, steps.net
+    L, M = s.local_size, s.num_nodes
 
     if coll == "all_reduce":
         send, recv, op = args
@@ -69,8 +77,8 @@ def run(comm: "Communicator", coll: str, *args, stream=None) -> None:
         for l in range(L):  # uneven split: node-local reduce of part l onto local rank l
             if off[l + 1] > off[l]:
                 part = slice(off[l], off[l + 1])
-                node("reduce", send[part], recv[part] if comm.local_rank == l else send[part], l, op)
-        mine = recv[off[comm.local_rank]:off[comm.local_rank + 1]]
+                node("reduce", send[part], recv[part] if s.local_rank == l else send[part], l, op)
+        mine = recv[off[s.local_rank]:off[s.local_rank + 1]]
         if mine.size:
             net("all_reduce", mine, mine, op)
         for l in range(L):
@@ -78,7 +86,7 @@ def run(comm: "Communicator", coll: str, *args, stream=None) -> None:
                 node("broadcast", recv[off[l]:off[l + 1]], recv[off[l]:off[l + 1]], l)
     elif coll == "all_gather":
         send, recv = args
-        c, groups = send.size, _groups(comm)
+        c, groups = send.size, _groups(s)
         across = _empty(send, M * c)                         # this local rank's peers on every node
         net("all_gather", send, across)
         local = _empty(send, L * M * c)                      # (L, nodes * c)
@@ -89,25 +97,25 @@ def run(comm: "Communicator", coll: str, *args, stream=None) -> None:
     elif coll == "reduce_scatter":
         send, recv, op = args
         op = SUM if op is AVG else op
-        c, groups = recv.size, _groups(comm)
+        c, groups = recv.size, _groups(s)
         order = np.concatenate([send[rank * c:(rank + 1) * c] for l in range(L) for rank in groups[l]])
         part = _empty(send, M * c)                           # blocks of the ranks sharing my local rank
         node("reduce_scatter", order, part, op)
         net("reduce_scatter", part, recv, op)
     elif coll == "broadcast":
         send, recv, root = args
-        lroot = comm.nodes.local_rank(root)
-        if comm.local_rank == lroot:
-            net("broadcast", send if comm.rank == root else recv, recv, _inter_rank(comm, root))
+        lroot = s.nodes.local_rank(root)
+        if s.local_rank == lroot:
+            net("broadcast", send if s.rank == root else recv, recv, _inter_rank(s, root))
         node("broadcast", recv, recv, lroot)
     elif coll == "reduce":
         send, recv, root, op = args
         op = SUM if op is AVG else op
-        lroot = comm.nodes.local_rank(root)
-        if comm.local_rank == lroot:
+        lroot = s.nodes.local_rank(root)
+        if s.local_rank == lroot:
             tmp = _empty(send, send.size)
             node("reduce", send, tmp, lroot, op)
-            net("reduce", tmp, recv if comm.rank == root else tmp, _inter_rank(comm, root), op)
+            net("reduce", tmp, recv if s.rank == root else tmp, _inter_rank(s, root), op)
         else:
             node("reduce", send, send, lroot, op)
     else:  # pragma: no cover - guarded by fits()

@@ -55,7 +55,7 @@ def algorithms(comm: hpccl.Communicator, coll: str) -> List[str]:
                and [getattr(t, "impl", "") for t in comm._transports] == ["engine"]
                and config.get("HPCCL_NET_HOT_SIZE") > 0)
     assert ("hot" in names) == (node_hot or net_hot), names
-    assert ("hier" in names) == (comm.num_nodes > 1 and hier.supports(comm, coll))
+    assert ("hier" in names) == (comm.num_nodes > 1 and hier.fits(coll, comm.layout))
     return names
 
 

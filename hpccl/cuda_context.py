@@ -1,0 +1,54 @@
+"""CUDA context around a communicator's GPU calls: the current device while a call runs, the refusal of
+a capturing stream where a network step cannot be captured, and the lazy timer of traced GPU calls.
+Imports CuPy only when a GPU call needs it; functions of the communicator (the fields they read)."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .errors import HpcclUnsupported
+
+
+def on_device(device: int) -> Optional[int]:
+    """Make ``device`` the calling thread's current GPU (its context is the one hpccl's kernels were loaded
+    in: launching them from another GPU's context fails with CUDA_ERROR_INVALID_HANDLE); returns the GPU
+    to go back to afterwards, or None when it already was current."""
+    import cupy
+    rt = cupy.cuda.runtime
+    cur = rt.getDevice()
+    if cur == device:
+        return None
+    rt.setDevice(device)
+    return cur
+
+
+def net_capturable(comm: Any) -> bool:
+    """True when this communicator's GPU network steps (and those of hier's sub-communicators) are
+    staged on the network engine, which a CUDA graph can hold."""
+    dev = comm._dev
+    if dev is None or not getattr(dev.proxy, "capturable", False):
+        return False
+    return all(net_capturable(sub) for sub in comm._sub.values() if sub.num_nodes > 1)
+
+
+def check_capture(comm: Any, stream: int, what: str) -> None:
+    """Calls whose algorithm has a network step refuse a capturing stream before enqueuing anything,
+    unless that step is staged on the network engine (capturable)."""
+    if comm.num_nodes > 1 and not net_capturable(comm):
+        import cupy
+        try:
+            capturing = cupy.cuda.runtime.streamIsCapturing(stream)
+        except Exception:  # noqa: BLE001
+            capturing = False
+        if capturing:
+            raise HpcclUnsupported(f"{what}: on a communicator spanning nodes this call needs a network "
+                                   "step driven by the host (UCX), which a CUDA graph cannot hold; "
+                                   "capture only single-node calls")
+
+
+def gpu_begin(comm: Any, device: int, stream: int) -> Optional[int]:
+    """A CUDA event before a traced GPU call on its stream (None inside a capture); the communicator's
+    GpuTimer (hpccl/trace.py) is made at its first traced GPU call."""
+    if comm._gpu_timer is None:
+        from .trace import GpuTimer
+        comm._gpu_timer = GpuTimer(device)
+    return comm._gpu_timer.begin(stream)

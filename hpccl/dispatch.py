@@ -1,0 +1,123 @@
+"""From a validated collective Call to its algorithm: the tuner's choice from the one table for the
+call's memory kind, then host schedules, the compiled hot path, GPU kernels (one node), host schedules on
+the network proxy (device memory across nodes), or hier over the sub-communicators' steps.
+Functions of the communicator (the fields they read); Communicator._run calls them."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import hotcalls, log
+from .algorithms import ALGORITHMS, hier
+from .call import Call
+from .cuda_context import check_capture
+from .errors import HpcclError
+from .failures import in_parent
+from .interop import CUDA, HOST
+from .memory import host
+
+
+def choose(comm: Any, coll: str, nbytes: int, kind: str) -> str:
+    """The tuner's algorithm for this call among the table's on this layout, recorded (and traced)."""
+    algo = comm._tuner.choose(coll, nbytes, comm._modelled(coll, kind), kind)
+    comm._rec.algo(algo)
+    if comm._trace:
+        log.trace("COLL", "%s %d B %s algo %s", comm._rec.name(coll, comm._seq), nbytes, kind, algo)
+    return algo
+
+
+def hier_steps(comm: Any, stream: Any = None) -> hier.Steps:
+    """What hier runs on: this communicator's layout and its 'intra' and 'inter' sub-communicators' steps
+    (made at the first hier call, intra first, on every rank together)."""
+    intra, inter = comm._subcomm("intra"), comm._subcomm("inter")
+    return hier.Steps(comm.rank, comm.size, comm.local_rank, comm.local_size, comm.num_nodes, comm.nodes,
+                      intra._flat, inter._flat, stream)
+
+
+def host_collective(comm: Any, call: Call) -> None:
+    """Run a validated collective Call on host memory: the chosen algorithm, then the op's last step."""
+    coll, args = call.coll, call.args
+    if coll in comm._hot_colls and hotcalls.run(comm, call):
+        return
+    algo = choose(comm, coll, call.nbytes, HOST)
+    if algo == "hier":
+        hier.run(hier_steps(comm), coll, *args)
+    else:
+        ALGORITHMS[coll][algo].fn(comm._prim, *args)
+    if call.finish is not None:
+        host.finish(call.finish, call.op, comm.size)
+
+
+def device_collective(comm: Any, call: Call) -> None:
+    """Device Calls: kernels (one node), hier, or a host schedule on the network proxy."""
+    dev = comm._dev
+    coll, args, st = call.coll, call.args, call.stream
+    eng = dev.engine
+    if eng is not None and eng.registry:
+        algo = eng.registered(coll, args, st)
+        if algo is not None:
+            comm._rec.algo(algo)
+            return
+    algo = choose(comm, coll, call.nbytes, CUDA)
+    spec = ALGORITHMS[coll].get(algo)
+    if spec is not None and spec.cuda_scope == "node":
+        eng = dev.engine
+        spec.cuda(eng, *args, st)
+        eng.remember(call.key)
+        if call.key is not None:
+            if len(comm._replay_algo) > 2048:
+                comm._replay_algo.clear()
+            comm._replay_algo[call.key] = algo
+        return
+    finish = call.finish
+    if algo == "hier":
+        check_capture(comm, st, coll)
+        from .device import stream_context
+        with stream_context(dev.device, st):
+            hier.run(hier_steps(comm, st), coll, *args)
+            if finish is not None:
+                dev.mem.finish(finish, call.op, comm.size)
+        return
+    prim, seq, size, op = dev.prim, comm._seq, comm.size, call.op
+    prim.mem.prepare(prim.mem.dtype(args[0]), op)
+    dev.proxy.ops.reserve(4 * call.nbytes + (1 << 20))  # temporaries of any schedule in the table
+    user = comm._rec.at()  # a hier step's: the user's call and the step, for an error raised later
+
+    def step() -> None:
+        dev.waiter.collective, dev.waiter.seq = coll, seq
+        try:
+            spec.cuda(prim, *args)
+        except HpcclError as exc:
+            exc = in_parent(comm.parent_ranks, exc)
+            if user is not None:
+                exc.in_call = user
+            raise exc from None
+        if finish is not None:
+            prim.mem.finish(finish, op, size)
+    dev.proxy.enqueue(st, step, comm._rec.name(coll, seq))
+
+
+def host_barrier(comm: Any, call: Call) -> None:
+    """A host barrier: the hot path's, else the shared-memory window's, else a dissemination barrier."""
+    if "barrier" in comm._hot_colls and hotcalls.run(comm, call):
+        return
+    if comm._prim.window is not None:
+        comm._prim.barrier_window()
+    else:
+        dissemination(comm, comm._prim, np.zeros(0, dtype=np.uint8))
+
+
+def net_barrier(comm: Any, call: Call, z: Any) -> None:
+    """A stream-ordered barrier across nodes without the engine: a dissemination barrier on the proxy."""
+    prim, seq = comm._dev.prim, comm._seq
+    check_capture(comm, call.stream, "barrier")
+    comm._dev.proxy.enqueue(call.stream, lambda: dissemination(comm, prim, z), f"barrier #{seq}")
+
+
+def dissemination(comm: Any, prim: Any, z: Any) -> None:
+    """log2(n) rounds of empty messages to rank + 2^k, from rank - 2^k: every rank has heard from all."""
+    n, r, k = comm.size, comm.rank, 1
+    while k < n:
+        prim.exchange([((r + k) % n, z)], [((r - k) % n, z, None)])
+        k <<= 1
