@@ -30,8 +30,6 @@ from .transport.cuda_register import Registry
 
 P2P_BLOCKS = 8  # most channels (thread blocks) per send or receive
 FAST_ENTRIES = 512  # cached launches (per communicator) for repeated calls on the same buffers
-#: collectives with zero-copy kernels for registered buffers
-REG_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
 
 
 NO_STREAM = (1 << 64) - 1  # FastState.last_stream before the first launch
@@ -486,85 +484,6 @@ class CudaComm:
     def deregister(self, ptr: int, nbytes: int, name: str) -> None:
         self.registry.deregister(ptr, nbytes, name)
         self.drop()
-
-    def registered(self, coll: str, args: tuple, stream: int) -> Optional[str]:
-        """Run a call whose buffers are registered with the zero-copy kernels (or, for a large broadcast
-        or all_gather, the copy engines); its algorithm's name, or None when a buffer it needs is not
-        registered or it is below HPCCL_CUDA_ZERO_COPY (the same on every rank for a symmetric call)."""
-        if coll not in REG_COLLS:
-            return None
-        send, recv = args[0], args[1]
-        nbytes = recv.nbytes if coll == "reduce_scatter" else send.nbytes
-        if nbytes < self.zero_copy_min or self.zero_copy_min < 0:
-            return None
-        reg = self.registry
-        if coll == "all_gather" and send.data.ptr == recv.data.ptr + self.rank * nbytes:
-            # in place: every rank's input is its block of its output, at a different offset on each rank
-            hit = reg.find(recv.data.ptr, recv.nbytes, "recvbuf")
-            step = nbytes
-        else:
-            hit = reg.find(send.data.ptr, send.nbytes, "sendbuf")
-            step = 0
-        if hit is None:
-            return None
-        if coll == "all_to_all" and send.data.ptr < recv.data.ptr + recv.nbytes and \
-                recv.data.ptr < send.data.ptr + send.nbytes:
-            return None  # in place, a rank would overwrite segments its peers still read
-        parts = [hit]
-        if coll == "all_reduce":  # two-shot reads peers' outputs too
-            rhit = hit if recv.data.ptr == send.data.ptr else reg.find(recv.data.ptr, recv.nbytes, "recvbuf")
-            if rhit is None:
-                return None
-            parts.append(rhit)
-        root = args[2] if coll in ("reduce", "broadcast") else -1
-        r = self.reg_args
-        a = r.c
-        for p in range(self.size):
-            r.src[p] = hit[0].peers[p] + hit[1] + p * step
-            r.dst[p] = parts[-1][0].peers[p] + parts[-1][1] if coll == "all_reduce" else 0
-        r.desc = Registry.descriptor(f"{coll}:{root}:{nbytes}:{step}", *parts)
-        stride = rstride = 0
-        if coll == "reduce_scatter":
-            stride = nbytes
-        elif coll == "all_to_all":
-            nbytes = send.nbytes // self.size
-            stride = rstride = nbytes
-        elif coll == "all_gather":
-            rstride = nbytes
-        ptrs = [r.src[p] for p in range(self.size)] + [send.data.ptr, recv.data.ptr, stride, rstride, nbytes]
-        if coll == "all_reduce":
-            ptrs += [r.dst[p] for p in range(self.size)]
-        aligned = 1 if all((x & 15) == 0 for x in ptrs) else 0
-        a.send, a.recv, a.nbytes, a.stride, a.root, a.aligned = (send.data.ptr, recv.data.ptr, nbytes, stride, root,
-                                                                 aligned)
-        self.rstride.value = rstride
-        if coll in ("broadcast", "all_gather") and 0 < self.ce_min <= nbytes:
-            self._ce_copy(coll, send, recv, nbytes, root, stream)
-            return "ce"
-        if coll in ("all_reduce", "reduce", "reduce_scatter"):
-            dt, opid = _dtid(_logical(send)), OP_IDS[args[-1].value]
-            blocks, a.chunk = self._geometry(nbytes, self.size if coll == "all_reduce" else 1)
-            ln = self._launch(f"hp_reg_reduce<{dt}, {opid}>", dt, blocks, "reg")
-        else:
-            blocks, a.chunk = self._geometry(nbytes, 1)
-            ln = self._launch("hp_reg_copy", None, blocks, "regcopy")
-        self._go(ln, stream, coll, None)
-        return "zerocopy"
-
-    def _ce_copy(self, coll: str, send: Any, recv: Any, nbytes: int, root: int, stream: int) -> None:
-        """Peer copies by the copy engines (no SMs) between two zero-copy steps: every rank's input is
-        ready before the first copy reads it, and no rank goes on before the last copy of it is done."""
-        bar = self._launch("hp_reg_barrier", None, 1, "reg")
-        self._go(bar, stream, coll, None)
-        r, me, n = self.reg_args, self.rank, self.size
-        copies = ([(recv.data.ptr, r.src[root])] if root >= 0 else
-                  [(recv.data.ptr + s * nbytes, r.src[s]) for s in ((me + k) % n for k in range(n))])
-        for dst, src in copies:
-            if dst != src:
-                rc = self.driver.memcpy_async(dst, src, nbytes, ctypes.c_void_p(stream))
-                if rc:
-                    raise HpcclSystemError(f"{coll}: cuMemcpyDtoDAsync failed: {self.driver.error_name(rc)}")
-        self._go(bar, stream, coll, None)
 
     # ----- point to point --------------------------------------------------------------------------------
     def group_p2p(self, sends: Sequence[Tuple[int, Any]], recvs: Sequence[Tuple[int, Any]], stream: int) -> None:

@@ -55,7 +55,8 @@ def device_collective(comm: Any, call: Call) -> None:
     coll, args, st = call.coll, call.args, call.stream
     eng = dev.engine
     if eng is not None and eng.registry:
-        algo = eng.registered(coll, args, st)
+        from .zero_copy import run as zero_copy
+        algo = zero_copy(eng, coll, args, st)
         if algo is not None:
             comm._rec.algo(algo)
             return
