@@ -16,20 +16,25 @@
    not handle (a dtype, a layout, a size) returns -1 before any state changes; that decision depends only
    on the collective, dtype, count and op, which agree across ranks, so all ranks take the same path.
 
-   Broadcast from ``cma_min`` bytes (when every rank may read its peers' memory) moves no data through the
-   slots: the root's buffer is read and written directly between processes (process_vm_readv/writev).
+   Broadcast, all_gather and all_to_all from ``cma_min`` bytes per rank (when every rank may read its
+   peers' memory) move no data through the slots: the inputs are read (and, for broadcast, the outputs
+   written) directly between processes (process_vm_readv/writev).
    Data a core has just written to a slot reaches another core slowly (a cache-to-cache transfer of every
    line), while a single copy out of the root's own buffer does not pay that, and the root shares the work:
-   it writes the first part of every peer's output while the peers read the rest. Every rank publishes its
-   buffer's address in its header with the counter; each rank then publishes a "done" word (2f, or 2f+1
-   when the root's writes failed and the peers read that part themselves), and returns once the ranks
-   whose memory it touched or who touch its memory are done: the root's buffer is free again on return. */
+   it writes the first part of every peer's output while the peers read the rest; in all_gather and
+   all_to_all every rank reads its blocks out of every peer's input. Every rank publishes the address of its
+   input (broadcast: a peer its output; an input that overlaps its own output is first copied to private
+   scratch, whose address goes out instead) in its header with the counter; each rank then publishes a
+   "done" word (2f, or 2f+1 when the root's writes failed and the peers read that part themselves), and
+   returns once the ranks whose memory it touched or who touch its memory are done: its input is free
+   again on return. */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -40,6 +45,8 @@
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
 #define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
+#define A2A_DIRECT 16 /* all_to_all goes direct from this many times cma_min: its reads are one block per
+                         peer, and below that the slots were faster (2 ranks: 18 us against 57 at 128 KiB) */
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
 enum { S_IDLE, S_PRE, S_WAIT, S_DONE };
@@ -56,13 +63,16 @@ typedef struct {
   int64_t *addr[MAXR];       /* each rank's buffer address of a direct call (header word) */
   int64_t *done[MAXR];       /* each rank's done word of a direct call: 2f, or 2f + 1 (root's writes failed) */
   pid_t pid[MAXR];
-  Py_ssize_t cma_min;        /* broadcasts of at least this many bytes go direct; 0: never */
+  Py_ssize_t cma_min;        /* broadcast, all_gather, all_to_all of at least this many bytes go direct; 0: never */
+  char *scratch;             /* a direct call's private copy of an input that overlaps its output */
+  Py_ssize_t scratch_cap;
   int64_t f;                 /* this rank's hot-path calls */
   /* the call in progress */
   int state, kind, op, dt, root, esize;
   Py_ssize_t nbytes;         /* this rank's contribution (all_gather: one block) */
   int direct;                /* the call in progress moves data between processes, not through slots */
-  int err;                   /* errno of a failed direct read (the call then fails, naming the rank) */
+  int err, err_rank;         /* errno of a failed direct read and the rank read (the call then fails) */
+  const char *src;           /* what this rank publishes for peers to read: its input, or scratch */
   Py_ssize_t head;           /* direct broadcast: the bytes of each peer's output the root writes */
   Py_buffer send, recv;
   int have_send, have_recv;
@@ -107,7 +117,7 @@ static void reduce_slots(Hot *h, char *out, Py_ssize_t off, Py_ssize_t nbytes) {
   if (h->op == OP_AVG) avg_scale(out, nbytes / h->esize, h->dt, h->n);
 }
 
-/* ---- direct broadcast ---- */
+/* ---- direct calls: broadcast, all_gather, all_to_all ---- */
 /* Move len bytes between this process's ``local`` and process pid's ``remote``; 0 or an errno. */
 static int cma_move(pid_t pid, char *local, int64_t remote, Py_ssize_t len, int write) {
   Py_ssize_t off = 0;
@@ -132,10 +142,26 @@ static Py_ssize_t direct_head(Hot *h) {
   return head < 4096 ? 0 : head & ~(Py_ssize_t)4095;
 }
 
-/* This rank's part of a direct broadcast; done word published after it. */
+static void read_from(Hot *h, int r, char *dst, Py_ssize_t off, Py_ssize_t len) {
+  if (h->err || len == 0) return;
+  h->err = cma_move(h->pid[r], dst, ld_acq(h->addr[r]) + off, len, 0);
+  if (h->err) h->err_rank = r;
+}
+
+/* This rank's part of a direct call; done word published after it. */
 static void direct_part(Hot *h) {
   int64_t f = h->f, mark = 2 * f;
-  if (h->rank == h->root) {
+  char *out = (char *)h->recv.buf;
+  if (h->kind == K_AG || h->kind == K_A2A) {
+    Py_ssize_t blk = h->kind == K_AG ? h->nbytes : h->nbytes / h->n;
+    Py_ssize_t off = h->kind == K_AG ? 0 : (Py_ssize_t)h->rank * blk;
+    for (int k = 1; k < h->n; k++) { /* from the next rank on, so the ranks spread over their peers */
+      int r = (h->rank + k) % h->n;
+      read_from(h, r, out + (Py_ssize_t)r * blk, off, blk);
+    }
+    char *mine = out + (Py_ssize_t)h->rank * blk;
+    if (mine != h->src + off) memmove(mine, h->src + off, blk);
+  } else if (h->rank == h->root) {
     for (int r = 0; r < h->n && h->head; r++) {
       if (r == h->rank) continue;
       if (cma_move(h->pid[r], (char *)h->send.buf, ld_acq(h->addr[r]), h->head, 1) != 0) {
@@ -143,17 +169,16 @@ static void direct_part(Hot *h) {
         break;
       }
     }
-    if (h->have_recv && h->recv.buf != h->send.buf) memmove(h->recv.buf, h->send.buf, h->nbytes);
+    if (h->recv.buf != h->send.buf) memmove(h->recv.buf, h->send.buf, h->nbytes); /* peers read src */
   } else {
-    h->err = cma_move(h->pid[h->root], (char *)h->recv.buf + h->head, ld_acq(h->addr[h->root]) + h->head,
-                      h->nbytes - h->head, 0);
+    read_from(h, h->root, out + h->head, h->head, h->nbytes - h->head);
   }
   st_rel(h->done[h->rank], mark);
 }
 
 /* Whether the ranks this one depends on (the root: every peer; a peer: the root) are done. */
 static int direct_ready(Hot *h) {
-  if (h->rank != h->root) return ld_acq(h->done[h->root]) >= 2 * h->f;
+  if (h->kind == K_BC && h->rank != h->root) return ld_acq(h->done[h->root]) >= 2 * h->f;
   for (int r = 0; r < h->n; r++)
     if (r != h->rank && ld_acq(h->done[r]) < 2 * h->f) return 0;
   return 1;
@@ -167,7 +192,7 @@ static int peers_at(Hot *h, int64_t v) {
 }
 
 static int needed_ready(Hot *h) {
-  if (h->direct && h->rank == h->root) return peers_at(h, h->f);
+  if (h->direct && (h->kind != K_BC || h->rank == h->root)) return peers_at(h, h->f);
   if (h->kind == K_BC) return h->rank == h->root || ld_acq(h->ctr[h->root]) >= h->f;
   if (h->kind == K_RED) return h->rank != h->root || peers_at(h, h->f);
   return peers_at(h, h->f);
@@ -175,7 +200,7 @@ static int needed_ready(Hot *h) {
 
 static void publish(Hot *h) {
   if (h->direct) {
-    st_rel(h->addr[h->rank], (int64_t)(uintptr_t)(h->rank == h->root ? h->send.buf : h->recv.buf));
+    st_rel(h->addr[h->rank], (int64_t)(uintptr_t)(h->kind == K_BC && h->rank != h->root ? h->recv.buf : h->src));
     st_rel(h->ctr[h->rank], h->f);
     return;
   }
@@ -229,17 +254,16 @@ static int advance(Hot *h) {
       h->state = S_DONE;
     }
     if (h->state == S_DONE && direct_ready(h)) {
-      if (h->rank != h->root && h->err == 0 && ld_acq(h->done[h->root]) == 2 * h->f + 1) {
-        Py_BEGIN_ALLOW_THREADS h->err = cma_move(h->pid[h->root], (char *)h->recv.buf, ld_acq(h->addr[h->root]),
-                                                 h->head, 0);
+      if (h->kind == K_BC && h->rank != h->root && ld_acq(h->done[h->root]) == 2 * h->f + 1) {
+        Py_BEGIN_ALLOW_THREADS read_from(h, h->root, (char *)h->recv.buf, 0, h->head);
         Py_END_ALLOW_THREADS
       }
       if (h->err != 0) {
-        int e = h->err, root = h->root;
+        int e = h->err, r = h->err_rank;
         release(h);
         errno = e;
-        PyErr_Format(PyExc_OSError, "hpccl hot path: reading broadcast data from rank %d's memory failed: %s",
-                     root, strerror(e));
+        PyErr_Format(PyExc_OSError, "hpccl hot path: reading rank %d's memory (process_vm_readv) failed: %s", r,
+                     strerror(e));
         return -2;
       }
       h->n_calls[h->kind] += 1;
@@ -271,6 +295,28 @@ static int advance(Hot *h) {
   }
 }
 
+/* What a direct call publishes for its peers to read: its input, or a private copy of it when the input
+   overlaps this rank's output other than as all_gather's own block or an in-place broadcast; -1 when that
+   copy cannot be allocated. */
+static int direct_source(Hot *h) {
+  const char *s = (const char *)h->send.buf, *o = (const char *)h->recv.buf;
+  Py_ssize_t olen = h->kind == K_AG ? h->nbytes * h->n : h->nbytes;
+  int overlap = s < o + olen && o < s + h->nbytes;
+  if (h->kind == K_BC) overlap = overlap && s != o;
+  if (h->kind == K_AG) overlap = overlap && s != o + (Py_ssize_t)h->rank * h->nbytes;
+  h->src = s;
+  h->head = h->kind == K_BC ? direct_head(h) : 0;
+  if (!overlap || (h->kind == K_BC && h->rank != h->root)) return 0;
+  if (h->scratch_cap < h->nbytes) {
+    char *p = realloc(h->scratch, (size_t)h->nbytes);
+    if (p == NULL) return -1;
+    h->scratch = p, h->scratch_cap = h->nbytes;
+  }
+  memcpy(h->scratch, s, h->nbytes);
+  h->src = h->scratch;
+  return 0;
+}
+
 /* Acquire the buffers and start call ``kind``; -1 (nothing changed) when this path does not take it. */
 static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int root, int64_t seq) {
   if (h->state != S_IDLE) {
@@ -278,7 +324,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     return -2;
   }
   h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
-  h->direct = 0, h->err = 0, h->head = 0;
+  h->direct = 0, h->err = 0, h->err_rank = -1, h->head = 0;
   if (kind != K_BAR) {
     int send_flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
     int root_only = (kind == K_BC || kind == K_RED) && h->rank == root;
@@ -294,7 +340,8 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     int dt = dtype_of(&h->send);
     if (dt < 0) goto decline;
     h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
-    h->direct = kind == K_BC && h->cma_min > 0 && h->n > 1 && h->nbytes >= h->cma_min;
+    h->direct = (kind == K_BC || kind == K_AG || kind == K_A2A) && h->cma_min > 0 && h->n > 1 &&
+                h->nbytes >= (kind == K_A2A ? A2A_DIRECT * h->cma_min : h->cma_min);
     if (h->nbytes == 0 || (h->nbytes > h->cap && !h->direct)) goto decline;
     if (kind == K_AR && h->nbytes > h->reduce_cap) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
@@ -312,7 +359,11 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
       h->recv.buf = h->send.buf; /* in place */
     }
   }
-  if (h->direct) h->head = direct_head(h);
+  if (h->direct && direct_source(h) < 0) {
+    release(h);
+    PyErr_NoMemory(); /* not a decline: the other ranks take the direct path */
+    return -2;
+  }
   h->t0 = now();
   h->f += 1;
   st_rel(h->arrived[h->rank], seq);
@@ -378,8 +429,9 @@ static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
   for (int r = 0; r < h->n; r++) {
     if (r == h->rank) continue;
     int late = h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
-               : h->state == S_DONE ? ((h->rank == h->root || r == h->root) && ld_acq(h->done[r]) < 2 * h->f)
-               : h->direct && h->rank == h->root ? ld_acq(h->ctr[r]) < h->f
+               : h->state == S_DONE ? ((h->kind != K_BC || h->rank == h->root || r == h->root) &&
+                                       ld_acq(h->done[r]) < 2 * h->f)
+               : h->direct && (h->kind != K_BC || h->rank == h->root) ? ld_acq(h->ctr[r]) < h->f
                : h->kind == K_BC ? (r == h->root && ld_acq(h->ctr[r]) < h->f)
                : h->kind == K_RED ? (h->rank == h->root && ld_acq(h->ctr[r]) < h->f)
                                   : ld_acq(h->ctr[r]) < h->f;
@@ -437,6 +489,7 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
   }
   Py_DECREF(pseq);
   h->cma_min = cma_min;
+  h->scratch = NULL, h->scratch_cap = 0;
   h->n = (int)n, h->rank = rank, h->cap = cap, h->reduce_cap = reduce_cap, h->spin = spin, h->f = 0;
   h->state = S_IDLE;
   h->have_send = h->have_recv = 0;
@@ -448,6 +501,7 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
 
 static void Hot_dealloc(Hot *h) {
   release(h);
+  free(h->scratch);
   Py_TYPE(h)->tp_free((PyObject *)h);
 }
 

@@ -9,7 +9,7 @@ from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_sn
 
 
 @pytest.mark.parametrize("n,algo", [(2, ""), (3, "ring"), (4, "twoshot"), (3, "tree"), (3, "hot"), (4, "hot"),
-                                    (3, "hot-bcast")])
+                                    (3, "hot-bcast"), (3, "hot-ag")])
 def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     timeout = 2.0
     proc = run_mpi(n, ["tests/scripts/skip_collective.py", algo], env={"HPCCL_TIMEOUT": str(timeout)},
@@ -22,7 +22,8 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     assert timeouts, waiting
     for row in waiting:
         assert row["error"] in ("HpcclTimeoutError", "HpcclRemoteError"), row
-        assert ("broadcast #2" if algo == "hot-bcast" else "all_reduce #2") in row["message"], row
+        coll = {"hot-bcast": "broadcast", "hot-ag": "all_gather"}.get(algo, "all_reduce")
+        assert f"{coll} #2" in row["message"], row
         assert f"[{n - 1}]" in row["message"], row
         assert row["seconds"] < timeout + 3.0, row
         assert "aborted" in row["after"], row

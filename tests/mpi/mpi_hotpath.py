@@ -159,6 +159,48 @@ def test_direct_broadcast_any_mix_of_buffers(comm):
         assert comm._hot.calls == before + calls, "a direct broadcast left the hot path"
 
 
+def test_direct_all_gather_and_all_to_all(comm):
+    """all_gather and all_to_all from HPCCL_HOT_DIRECT_SIZE bytes per rank (all_to_all from 16 times that)
+    read every peer's input directly: sizes around both thresholds and past the slots, out of place, in
+    place (all_gather: sendbuf is this rank's block of recvbuf; all_to_all: recvbuf is sendbuf), and an input
+    that overlaps another block of the output (copied to scratch first); every result and the inputs
+    checked, all of it on the hot path when single-copy reads are allowed."""
+    n, r = comm.size, comm.rank
+    direct = config.get("HPCCL_HOT_DIRECT_SIZE") if comm._prim.single_copy else 0
+    cap = config.get("HPCCL_HOT_SIZE")
+    u8 = np.dtype(np.uint8)
+    before, calls = comm._hot.calls, 0
+    for i, per in enumerate([max(n, direct - n), direct, direct * 16, cap + 8 * n, 3 * cap]):
+        per -= per % n
+        hot_ag = per <= cap or (direct and per >= direct)
+        hot_a2a = per <= cap or (direct and per >= 16 * direct)
+        ins = [data(per, u8, q, i) for q in range(n)]
+        want_ag = np.concatenate(ins)
+        out = np.full(n * per, 7, u8)
+        comm.all_gather(ins[r].copy(), out)
+        assert np.array_equal(out, want_ag), (per, "all_gather")
+        out = np.full(n * per, 7, u8)
+        out[r * per:(r + 1) * per] = ins[r]
+        comm.all_gather(out[r * per:(r + 1) * per], out)
+        assert np.array_equal(out, want_ag), (per, "all_gather in place")
+        out = np.full(n * per, 7, u8)  # the input in another block of the output (numpy: straight to C)
+        other = (r + 1) % n
+        out[other * per:(other + 1) * per] = ins[r]
+        comm.all_gather(out[other * per:(other + 1) * per], out)
+        assert np.array_equal(out, want_ag), (per, "all_gather, input in another block")
+        calls += 3 * hot_ag
+        blk = per // n
+        want_a2a = np.concatenate([ins[q][r * blk:(r + 1) * blk] for q in range(n)])
+        x = ins[r].copy()
+        got = comm.all_to_all(x, np.empty(per, u8))
+        assert np.array_equal(got, want_a2a) and np.array_equal(x, ins[r]), (per, "all_to_all")
+        comm.all_to_all(x, x)
+        assert np.array_equal(x, want_a2a), (per, "all_to_all in place")
+        calls += 2 * hot_a2a
+    if direct:
+        assert comm._hot.calls == before + calls, "a direct call left the hot path"
+
+
 def test_bad_buffers_raise_before_anything_moves(comm):
     """A wrong output buffer is declined by C and named by the Python checks; the communicator stays
     usable (the hot path counted nothing for the refused call)."""

@@ -12,7 +12,7 @@ comm = hpccl.init()
 n, r = comm.size, comm.rank
 skipper = n - 1
 algo = sys.argv[1] if len(sys.argv) > 1 else ""
-if algo and algo != "hot-bcast":
+if algo and not algo.startswith("hot-"):
     comm._tuner.force("all_reduce", algo)
 comm.all_reduce(np.ones(1000))  # collective #1: everyone
 result = {"rank": r}
@@ -22,9 +22,11 @@ else:
     t0 = time.monotonic()
     try:
         # collective #2: the skipper never comes (a small one for the compiled hot path; a broadcast of 1 MiB
-        # for its direct path between processes)
+        # or an all_gather of 256 KiB per rank for its direct path between processes)
         if algo == "hot-bcast":
             comm.broadcast(np.ones(1 << 17), 0)
+        elif algo == "hot-ag":
+            comm.all_gather(np.ones(1 << 15), np.empty(n << 15))
         else:
             comm.all_reduce(np.ones(100 if algo == "hot" else 1 << 16))
         result["error"] = None
