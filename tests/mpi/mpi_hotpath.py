@@ -159,9 +159,9 @@ def test_direct_broadcast_any_mix_of_buffers(comm):
         assert comm._hot.calls == before + calls, "a direct broadcast left the hot path"
 
 
-def test_direct_all_gather_and_all_to_all(comm):
-    """all_gather and all_to_all from HPCCL_HOT_DIRECT_SIZE bytes per rank (all_to_all from 16 times that)
-    read every peer's input directly: sizes around both thresholds and past the slots, out of place, in
+def test_direct_all_gather_all_to_all_reduce_scatter(comm):
+    """all_gather, all_to_all and reduce_scatter from HPCCL_HOT_DIRECT_SIZE bytes per rank (all_to_all from 16
+    times that, reduce_scatter from 4 times) read every peer's input directly: sizes around both thresholds and past the slots, out of place, in
     place (all_gather: sendbuf is this rank's block of recvbuf; all_to_all: recvbuf is sendbuf), and an input
     that overlaps another block of the output (copied to scratch first); every result and the inputs
     checked, all of it on the hot path when single-copy reads are allowed."""
@@ -197,6 +197,17 @@ def test_direct_all_gather_and_all_to_all(comm):
         comm.all_to_all(x, x)
         assert np.array_equal(x, want_a2a), (per, "all_to_all in place")
         calls += 2 * hot_a2a
+        f64 = np.dtype(np.float64)  # reduce_scatter: sum and avg, out of place and in place
+        full = [data(per, f64, q, i) for q in range(n)]
+        c = per // n
+        for op in (SUM, hpccl.AVG):
+            want = reduce_ref(full, op)[r * c:(r + 1) * c]
+            got = comm.reduce_scatter(full[r].copy(), np.empty(c, f64), op=op)
+            assert close(got, want, op), (per, op, "reduce_scatter")
+            x = full[r].copy()
+            comm.reduce_scatter(x, x[r * c:(r + 1) * c], op=op)
+            assert close(x[r * c:(r + 1) * c], want, op), (per, op, "reduce_scatter in place")
+            calls += 2 * (per * 8 <= cap or (direct and per * 8 >= 4 * direct))
     if direct:
         assert comm._hot.calls == before + calls, "a direct call left the hot path"
 
