@@ -51,12 +51,14 @@
 
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
-enum { S_IDLE, S_PRE, S_WAIT, S_DONE };
+enum { S_IDLE, S_PRE, S_WAIT, S_GATHER, S_DONE };
 /* Per collective: it goes direct from this many times cma_min bytes per rank (0: never). Measured at 2
    ranks against the slots: all_to_all's reads are one block per peer, and up to 128 KiB the slots were
-   faster (18 us against 57); reduce_scatter's at 16 KiB (8.5 us against 14); all_reduce and reduce
-   always use the slots. */
-static const int DIRECT_FROM[NKINDS] = {[K_AG] = 1, [K_BC] = 1, [K_RS] = 4, [K_A2A] = 16};
+   faster (18 us against 57); reduce_scatter's at 16 KiB (8.5 us against 14); all_reduce's at 64 KiB
+   (24 against 17; even at 128 KiB, 118 against 282 at 256 KiB); reduce always uses the slots.
+   A direct all_reduce reduces its own stripe from every rank's input (published done 2f), then copies
+   every peer's reduced stripe out of that peer's output once it is published (done2 = f). */
+static const int DIRECT_FROM[NKINDS] = {[K_AR] = 16, [K_AG] = 1, [K_BC] = 1, [K_RS] = 4, [K_A2A] = 16};
 
 typedef struct {
   PyObject_HEAD
@@ -68,7 +70,10 @@ typedef struct {
   int64_t *ctr[MAXR];        /* each rank's hot-path counter */
   char *slot[MAXR];          /* each rank's two slots */
   int64_t *addr[MAXR];       /* each rank's buffer address of a direct call (header word) */
-  int64_t *done[MAXR];       /* each rank's done word of a direct call: 2f, or 2f + 1 (root's writes failed) */
+  int64_t *done[MAXR];       /* each rank's done word of a direct call: 2f, or 2f + 1 (root's writes failed;
+                                all_reduce: its stripe could not be reduced) */
+  int64_t *addr2[MAXR];      /* direct all_reduce: each rank's output address (the word after addr) */
+  int64_t *done2[MAXR];      /* direct all_reduce: f once the rank has copied every peer's stripe */
   pid_t pid[MAXR];
   Py_ssize_t cma_min;        /* direct calls from DIRECT_FROM times this many bytes per rank; 0: never */
   char *scratch;             /* a direct call's private copy of an input that overlaps its output */
@@ -81,6 +86,8 @@ typedef struct {
   int direct;                /* the call in progress moves data between processes, not through slots */
   int err, err_rank;         /* errno of a failed direct read and the rank read (the call then fails) */
   const char *src;           /* what this rank publishes for peers to read: its input, or scratch */
+  unsigned char got[MAXR];   /* direct all_reduce: the peers whose reduced stripe this rank has copied */
+  int fetched;
   Py_ssize_t head;           /* direct broadcast: the bytes of each peer's output the root writes */
   Py_buffer send, recv;
   int have_send, have_recv;
@@ -183,6 +190,35 @@ static void reduce_from_peers(Hot *h, char *out, Py_ssize_t off, Py_ssize_t len)
   }
 }
 
+/* Rank q's stripe of an all_reduce: [*off, *off + *len) bytes, whole elements. */
+static void stripe(Hot *h, int q, Py_ssize_t *off, Py_ssize_t *len) {
+  Py_ssize_t cnt = h->nbytes / h->esize, lo = cnt * q / h->n, hi = cnt * (q + 1) / h->n;
+  *off = lo * h->esize, *len = (hi - lo) * h->esize;
+}
+
+/* Direct all_reduce, second half: copy the reduced stripe of every peer that has published its own
+   (done 2f) out of that peer's output; once all are copied, publish done2 = f. */
+static void gather_stripes(Hot *h) {
+  int64_t f = h->f;
+  for (int k = 1; k < h->n; k++) {
+    int r = (h->rank + k) % h->n;
+    if (h->got[r]) continue;
+    int64_t d = ld_acq(h->done[r]);
+    if (d < 2 * f) continue;
+    h->got[r] = 1, h->fetched++;
+    if (h->err) continue;
+    if (d == 2 * f + 1) { /* its stripe was never reduced: fail too, naming it */
+      h->err = EIO, h->err_rank = r;
+      continue;
+    }
+    Py_ssize_t off, len;
+    stripe(h, r, &off, &len);
+    if (len && (h->err = cma_move(h->pid[r], (char *)h->recv.buf + off, ld_acq(h->addr2[r]) + off, len, 0)))
+      h->err_rank = r;
+  }
+  if (h->fetched == h->n - 1) st_rel(h->done2[h->rank], f);
+}
+
 /* This rank's part of a direct call; done word published after it. */
 static void direct_part(Hot *h) {
   int64_t f = h->f, mark = 2 * f;
@@ -190,6 +226,11 @@ static void direct_part(Hot *h) {
   if (h->kind == K_RS) {
     Py_ssize_t blk = h->nbytes / h->n;
     reduce_from_peers(h, out, (Py_ssize_t)h->rank * blk, blk);
+  } else if (h->kind == K_AR) {
+    Py_ssize_t off, len;
+    stripe(h, h->rank, &off, &len);
+    if (len) reduce_from_peers(h, out + off, off, len);
+    if (h->err) mark = 2 * f + 1;
   } else if (h->kind == K_AG || h->kind == K_A2A) {
     Py_ssize_t blk = h->kind == K_AG ? h->nbytes : h->nbytes / h->n;
     Py_ssize_t off = h->kind == K_AG ? 0 : (Py_ssize_t)h->rank * blk;
@@ -216,6 +257,11 @@ static void direct_part(Hot *h) {
 
 /* Whether the ranks this one depends on (the root: every peer; a peer: the root) are done. */
 static int direct_ready(Hot *h) {
+  if (h->kind == K_AR) {
+    for (int r = 0; r < h->n; r++)
+      if (r != h->rank && ld_acq(h->done2[r]) < h->f) return 0;
+    return 1;
+  }
   if (h->kind == K_BC && h->rank != h->root) return ld_acq(h->done[h->root]) >= 2 * h->f;
   for (int r = 0; r < h->n; r++)
     if (r != h->rank && ld_acq(h->done[r]) < 2 * h->f) return 0;
@@ -239,6 +285,7 @@ static int needed_ready(Hot *h) {
 static void publish(Hot *h) {
   if (h->direct) {
     st_rel(h->addr[h->rank], (int64_t)(uintptr_t)(h->kind == K_BC && h->rank != h->root ? h->recv.buf : h->src));
+    if (h->kind == K_AR) st_rel(h->addr2[h->rank], (int64_t)(uintptr_t)h->recv.buf);
     st_rel(h->ctr[h->rank], h->f);
     return;
   }
@@ -289,7 +336,16 @@ static int advance(Hot *h) {
     if (h->state == S_WAIT && h->direct && needed_ready(h)) {
       Py_BEGIN_ALLOW_THREADS direct_part(h);
       Py_END_ALLOW_THREADS
-      h->state = S_DONE;
+      h->state = h->kind == K_AR ? S_GATHER : S_DONE;
+    }
+    if (h->state == S_GATHER) {
+      if (h->nbytes >= BIG) {
+        Py_BEGIN_ALLOW_THREADS gather_stripes(h);
+        Py_END_ALLOW_THREADS
+      } else {
+        gather_stripes(h);
+      }
+      if (h->fetched == h->n - 1) h->state = S_DONE;
     }
     if (h->state == S_DONE && direct_ready(h)) {
       if (h->kind == K_BC && h->rank != h->root && ld_acq(h->done[h->root]) == 2 * h->f + 1) {
@@ -343,7 +399,8 @@ static int direct_source(Hot *h) {
   if (h->kind == K_BC) overlap = overlap && s != o;
   if (h->kind == K_AG) overlap = overlap && s != o + (Py_ssize_t)h->rank * h->nbytes;
   if (h->kind == K_RS) overlap = overlap && o != s + (Py_ssize_t)h->rank * olen;
-  if (h->kind == K_RS && h->rtmp == NULL && (h->rtmp = malloc((size_t)h->n * RCHUNK)) == NULL) return -1;
+  if (h->kind == K_AR) overlap = overlap && o != s;
+  if ((h->kind == K_RS || h->kind == K_AR) && h->rtmp == NULL && (h->rtmp = malloc((size_t)h->n * RCHUNK)) == NULL) return -1;
   h->src = s;
   h->head = h->kind == K_BC ? direct_head(h) : 0;
   if (!overlap || (h->kind == K_BC && h->rank != h->root)) return 0;
@@ -364,7 +421,8 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     return -2;
   }
   h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
-  h->direct = 0, h->err = 0, h->err_rank = -1, h->head = 0;
+  h->direct = 0, h->err = 0, h->err_rank = -1, h->head = 0, h->fetched = 0;
+  memset(h->got, 0, sizeof h->got);
   if (kind != K_BAR) {
     int send_flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS;
     int root_only = (kind == K_BC || kind == K_RED) && h->rank == root;
@@ -382,7 +440,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     h->dt = dt, h->esize = (int)h->send.itemsize, h->nbytes = h->send.len;
     h->direct = DIRECT_FROM[kind] && h->cma_min > 0 && h->n > 1 && h->nbytes >= DIRECT_FROM[kind] * h->cma_min;
     if (h->nbytes == 0 || (h->nbytes > h->cap && !h->direct)) goto decline;
-    if (kind == K_AR && h->nbytes > h->reduce_cap) goto decline;
+    if (kind == K_AR && h->nbytes > h->reduce_cap && !h->direct) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
     int reduces = kind == K_AR || kind == K_RS || kind == K_RED;
     if (reduces && op == OP_AVG && dt != T_F32 && dt != T_F64) goto decline;
@@ -468,6 +526,8 @@ static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
   for (int r = 0; r < h->n; r++) {
     if (r == h->rank) continue;
     int late = h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
+               : h->state == S_GATHER ? (!h->got[r] && ld_acq(h->done[r]) < 2 * h->f)
+               : h->state == S_DONE && h->kind == K_AR ? ld_acq(h->done2[r]) < h->f
                : h->state == S_DONE ? ((h->kind != K_BC || h->rank == h->root || r == h->root) &&
                                        ld_acq(h->done[r]) < 2 * h->f)
                : h->direct && (h->kind != K_BC || h->rank == h->root) ? ld_acq(h->ctr[r]) < h->f
@@ -512,6 +572,8 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
     h->slot[r] = b + slot_off;
     h->addr[r] = (int64_t *)(b + addr_off);
     h->done[r] = (int64_t *)(b + done_off);
+    h->addr2[r] = (int64_t *)(b + addr_off + 8);
+    h->done2[r] = (int64_t *)(b + done_off + 64);
   }
   Py_DECREF(seq);
   PyObject *pseq = PySequence_Fast(pids, "pids must be a sequence of process ids");

@@ -71,15 +71,16 @@ _param("HPCCL_SINGLE_COPY", True, _bool,
        "when every rank of a one-node communicator can; 0 keeps to shared-memory copies.")
 _param("HPCCL_HOT_SIZE", 1 << 20, _size,
        "Bytes per rank up to which host collectives on one node take the compiled hot path "
-       "(hpccl/_hotpath.c: one C call, one copy in, the result read from every rank's slot); 0 turns it off. "
+       "(hpccl/_hotpath.c: one C call, one copy in, the result read from every rank's slot; past it, calls "
+       "that go direct, HPCCL_HOT_DIRECT_SIZE); 0 turns it off. "
        "Each rank's shared-memory segment holds two slots of this size.")
 _param("HPCCL_HOT_REDUCE_SIZE", 256 << 10, _size,
-       "The hot path's limit for all_reduce (every rank reads and reduces every rank's data, so the Python "
-       "algorithms' schedules win above it); at most HPCCL_HOT_SIZE.")
+       "The hot path's slot limit for all_reduce (every rank reads and reduces every rank's data from the slots); "
+       "at most HPCCL_HOT_SIZE. From 16 x HPCCL_HOT_DIRECT_SIZE all_reduce goes direct instead.")
 _param("HPCCL_HOT_DIRECT_SIZE", 16 << 10, _size,
-       "Bytes per rank from which broadcast, all_gather, reduce_scatter and all_to_all on the compiled hot path move directly between the processes "
+       "Bytes per rank from which broadcast, all_gather, reduce_scatter, all_to_all and all_reduce on the compiled hot path move directly between the processes "
        "(process_vm_readv/writev: each rank reads its blocks out of its peers' inputs; a broadcast's root writes part of the peers' outputs) instead of "
-       "through the shared-memory slots, at any size (reduce_scatter from 4 times this, all_to_all from 16); needs single-copy reads "
+       "through the shared-memory slots, at any size (reduce_scatter from 4 times this, all_to_all and all_reduce from 16); needs single-copy reads "
        "(HPCCL_SINGLE_COPY); 0: never.")
 _param("HPCCL_NET_HOT_SIZE", 256 << 10, _size,
        "Bytes per rank up to which all_reduce, reduce, broadcast, all_gather (and barrier) on host buffers "

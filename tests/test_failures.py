@@ -9,7 +9,7 @@ from mpirun import remove_mpi_leftovers, results, run_mpi, shm_leftovers, shm_sn
 
 
 @pytest.mark.parametrize("n,algo", [(2, ""), (3, "ring"), (4, "twoshot"), (3, "tree"), (3, "hot"), (4, "hot"),
-                                    (3, "hot-bcast"), (3, "hot-ag")])
+                                    (3, "hot-bcast"), (3, "hot-ag"), (3, "hot-ar")])
 def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     timeout = 2.0
     proc = run_mpi(n, ["tests/scripts/skip_collective.py", algo], env={"HPCCL_TIMEOUT": str(timeout)},

@@ -38,7 +38,8 @@ _I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names 
 # on a peer that failed exit within microseconds instead of at HPCCL_TIMEOUT
 _I_GPUERR = 48
 _I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotpath.c)
-# the hot path's direct broadcast: this rank's buffer address for the call, and its "done" word
+# the hot path's direct calls: this rank's input address for the call (the next word: a direct all_reduce's
+# output), and its "done" word (8 words on: a direct all_reduce's second done word)
 _I_HOTADDR, _I_HOTDONE = 64, 72
 GPU_ERR_ABORT = 2  # cuda/hpccl_device.cuh HPCCL_ERR_ABORT
 

@@ -29,6 +29,8 @@ def test_compiled_path_is_in_use(comm):
     hot = comm._hot
     assert hot is not None and "hot" in comm.algorithms("all_reduce")
     assert all(c in comm._hot_colls for c in hotpath.COLLECTIVES)
+    # past the slots, all_reduce is on the hot path only where it goes direct between the processes
+    direct = int(comm._prim.single_copy and 0 < 16 * config.get("HPCCL_HOT_DIRECT_SIZE") <= (1 << 20))
     before = hot.calls
     x = np.ones(16, np.float32)
     comm.all_reduce(x)
@@ -37,15 +39,15 @@ def test_compiled_path_is_in_use(comm):
     comm.all_reduce(big)
     half = np.ones(16, np.float16)  # half precision: declined, reduced in Python
     comm.all_reduce(half)
-    assert hot.calls == before + 1 and big[-1] == comm.size and half[0] == comm.size
+    assert hot.calls == before + 1 + direct and big[-1] == comm.size and half[0] == comm.size
     comm.barrier()
-    assert hot.calls == before + 2
+    assert hot.calls == before + 2 + direct
     per = config.get("HPCCL_HOT_REDUCE_SIZE") // 4 + 1  # past the reduction limit, within the slot
     y = np.ones(per, np.float32)
     comm.all_reduce(y)
-    assert hot.calls == before + 2 and y[-1] == comm.size  # all_reduce above it: Python's schedules
+    assert hot.calls == before + 2 + 2 * direct and y[-1] == comm.size  # else Python's schedules
     g = comm.all_gather(y)
-    assert hot.calls == before + 3 and g.shape == (comm.size, per)  # all_gather of the same: hot
+    assert hot.calls == before + 3 + 2 * direct and g.shape == (comm.size, per)  # all_gather of the same: hot
 
 
 def test_every_collective_dtype_and_op(comm):
@@ -210,6 +212,36 @@ def test_direct_all_gather_all_to_all_reduce_scatter(comm):
             calls += 2 * (per * 8 <= cap or (direct and per * 8 >= 4 * direct))
     if direct:
         assert comm._hot.calls == before + calls, "a direct call left the hot path"
+
+
+def test_direct_all_reduce(comm):
+    """all_reduce from 16 x HPCCL_HOT_DIRECT_SIZE bytes per rank: each rank reduces its stripe from every
+    peer's input, then copies the peers' stripes out of their outputs. Counts that do not divide by the
+    ranks, int and float dtypes, sum/max/avg, out of place, in place, an output overlapping the input
+    (numpy: straight to C, which copies the input first); every rank's result bitwise the same."""
+    n, r = comm.size, comm.rank
+    direct = 16 * config.get("HPCCL_HOT_DIRECT_SIZE") if comm._prim.single_copy else 0
+    before, calls = comm._hot.calls, 0
+    for i, (dtype, op) in enumerate([(np.float64, SUM), (np.int32, hpccl.MAX), (np.float32, hpccl.AVG)]):
+        dt = np.dtype(dtype)
+        for count in ([direct // dt.itemsize + 1, 3 * direct // dt.itemsize + 7] if direct else [1 << 16]):
+            ins = [data(count, dt, q, i + count, op) for q in range(n)]
+            want = reduce_ref(ins, op)
+            got = comm.all_reduce(ins[r].copy(), np.empty(count, dt), op=op)
+            assert close(got, want, op), (dt, op, count, "out of place")
+            x = ins[r].copy()
+            comm.all_reduce(x, op=op)
+            assert close(x, want, op), (dt, op, count, "in place")
+            both = np.zeros(count + 16, dt)  # the output starts 16 elements into the input
+            both[:count] = ins[r]
+            comm.all_reduce(both[:count], both[16:], op=op)
+            assert close(both[16:], want, op), (dt, op, count, "overlapping")
+            every = np.empty((n, count), dt)
+            comm.all_gather(got, every)
+            assert (every == every[0]).all(), (dt, op, count, "ranks differ")
+            calls += 4
+    if direct:
+        assert comm._hot.calls == before + calls, "a direct all_reduce left the hot path"
 
 
 def test_bad_buffers_raise_before_anything_moves(comm):

@@ -22,9 +22,11 @@ else:
     t0 = time.monotonic()
     try:
         # collective #2: the skipper never comes (a small one for the compiled hot path; a broadcast of 1 MiB
-        # or an all_gather of 256 KiB per rank for its direct path between processes)
+        # an all_reduce of 1 MiB or an all_gather of 256 KiB per rank for its direct path between processes)
         if algo == "hot-bcast":
             comm.broadcast(np.ones(1 << 17), 0)
+        elif algo == "hot-ar":
+            comm.all_reduce(np.ones(1 << 17))
         elif algo == "hot-ag":
             comm.all_gather(np.ones(1 << 15), np.empty(n << 15))
         else:
