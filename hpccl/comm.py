@@ -28,10 +28,11 @@ from .cuda_context import check_capture, gpu_begin, net_capturable, on_device
 from .dispatch import device_collective, host_barrier, host_collective, net_barrier
 from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError
 from .failures import arrived, dead_peer, in_call, named, peer_aborted, survey
+from .frontend import validate
 from .hotpath import OPCODE
 from .interop import CUDA, HOST, memory_kind
-from .memory import host, unalias
-from .ops import AVG, SUM, ReduceOp, as_op, check_op_dtype
+from .memory import host
+from .ops import SUM, ReduceOp
 from .primitives import Primitives
 from .progress import Waiter
 from .recorder import Recorder, StepRecorder
@@ -379,22 +380,7 @@ class Communicator:
         key = self._enter("all_reduce", sendbuf, recvbuf, op, -1, stream)
         if key is FIRED:
             return sendbuf if recvbuf is None else recvbuf
-        op = as_op(op)
-        m = self._memory(sendbuf, "all_reduce")
-        send, _ = m.view(sendbuf, "sendbuf")
-        check_op_dtype(op, m.dtype(send))
-        if recvbuf is None:
-            m.writable(send, "sendbuf")
-            recv, result = send, sendbuf
-        else:
-            recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
-        st = m.stream(stream, sendbuf)
-        if send.size == 0:
-            return result
-        send, key = unalias(m, send, recv, st, key)
-        self._submit(Call("all_reduce", m, st, send.nbytes, (send, recv, op), op=op,
-                          finish=recv if op is AVG else None, key=key))
-        return result
+        return self._call("all_reduce", sendbuf, recvbuf, op, -1, stream, key)
 
     def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
                stream: Any = None) -> Any:
@@ -405,30 +391,7 @@ class Communicator:
         key = self._enter("reduce", sendbuf, recvbuf, op, root, stream)
         if key is FIRED:
             return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
-        root = self._rank_arg(root, "root")
-        op = as_op(op)
-        m = self._memory(sendbuf, "reduce")
-        send, _ = m.view(sendbuf, "sendbuf")
-        check_op_dtype(op, m.dtype(send))
-        if self.rank == root:
-            if recvbuf is None:
-                m.writable(send, "sendbuf")
-                recv, result = send, sendbuf
-            else:
-                recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
-        else:
-            recv = self._out(m, recvbuf, send, send.size, "recvbuf")[0] if recvbuf is not None else send
-            result = recvbuf
-        st = m.stream(stream, sendbuf)
-        if send.size == 0:
-            return result
-        if self.rank == root:
-            send, key = unalias(m, send, recv, st, key)
-        else:
-            recv = send  # algorithms never write a non-root's output
-        self._submit(Call("reduce", m, st, send.nbytes, (send, recv, root, op), op=op,
-                          finish=recv if op is AVG and self.rank == root else None, key=key))
-        return result
+        return self._call("reduce", sendbuf, recvbuf, op, root, stream, key)
 
     def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None, stream: Any = None) -> Any:
         """Root's buf reaches every rank: in place in buf, or into recvbuf when given."""
@@ -437,21 +400,7 @@ class Communicator:
         key = self._enter("broadcast", buf, recvbuf, None, root, stream)
         if key is FIRED:
             return buf if recvbuf is None else recvbuf
-        root = self._rank_arg(root, "root")
-        m = self._memory(buf, "broadcast")
-        send, _ = m.view(buf, "buf")
-        if recvbuf is None:
-            if self.rank != root:
-                m.writable(send, "buf")
-            recv, result = send, buf
-        else:
-            recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
-        st = m.stream(stream, buf)
-        if send.size == 0:
-            return result
-        send, key = unalias(m, send, recv, st, key)
-        self._submit(Call("broadcast", m, st, send.nbytes, (send, recv, root), key=key))
-        return result
+        return self._call("broadcast", buf, recvbuf, None, root, stream, key)
 
     def all_gather(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """recvbuf holds every rank's sendbuf in rank order (size x count); allocated when None.
@@ -461,18 +410,7 @@ class Communicator:
         key = self._enter("all_gather", sendbuf, recvbuf, None, -1, stream, True)
         if key is FIRED:
             return recvbuf
-        m = self._memory(sendbuf, "all_gather")
-        send, shaped = m.view(sendbuf, "sendbuf")
-        if recvbuf is None:
-            recv, result = m.empty_out((self.size,) + tuple(shaped.shape), sendbuf, send)
-        else:
-            recv, result = self._out(m, recvbuf, send, send.size * self.size, "recvbuf")
-        st = m.stream(stream, sendbuf)
-        if send.size == 0:
-            return result
-        send, key = unalias(m, send, recv, st, key, block=self.rank)
-        self._submit(Call("all_gather", m, st, recv.nbytes, (send, recv), key=key))
-        return result
+        return self._call("all_gather", sendbuf, recvbuf, None, -1, stream, key)
 
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
                        stream: Any = None) -> Any:
@@ -482,25 +420,7 @@ class Communicator:
         key = self._enter("reduce_scatter", sendbuf, recvbuf, op, -1, stream, True)
         if key is FIRED:
             return recvbuf
-        op = as_op(op)
-        m = self._memory(sendbuf, "reduce_scatter")
-        send, _ = m.view(sendbuf, "sendbuf")
-        check_op_dtype(op, m.dtype(send))
-        if send.size % self.size:
-            raise HpcclInvalidArgument("sendbuf", f"has {send.size} elements, not a multiple of the "
-                                                  f"communicator size {self.size}")
-        c = send.size // self.size
-        if recvbuf is None:
-            recv, result = m.empty_out((c,), sendbuf, send)
-        else:
-            recv, result = self._out(m, recvbuf, send, c, "recvbuf")
-        st = m.stream(stream, sendbuf)
-        if c == 0:
-            return result
-        send, key = unalias(m, send, recv, st, key, block=self.rank)
-        self._submit(Call("reduce_scatter", m, st, send.nbytes, (send, recv, op), op=op,
-                          finish=recv if op is AVG else None, key=key))
-        return result
+        return self._call("reduce_scatter", sendbuf, recvbuf, op, -1, stream, key)
 
     def all_to_all(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """Block j of rank i's sendbuf becomes block i of rank j's recvbuf."""
@@ -509,21 +429,13 @@ class Communicator:
         key = self._enter("all_to_all", sendbuf, recvbuf, None, -1, stream, True)
         if key is FIRED:
             return recvbuf
-        m = self._memory(sendbuf, "all_to_all")
-        send, shaped = m.view(sendbuf, "sendbuf")
-        if send.size % self.size:
-            raise HpcclInvalidArgument("sendbuf", f"has {send.size} elements, not a multiple of the "
-                                                  f"communicator size {self.size}")
-        if recvbuf is None:
-            recv, result = m.empty_out(tuple(shaped.shape), sendbuf, send)
-        else:
-            recv, result = self._out(m, recvbuf, send, send.size, "recvbuf")
-        st = m.stream(stream, sendbuf)
-        if send.size == 0:
-            return result
-        if send is recv or m.shares(send, recv):  # in place too: blocks are read after writes start
-            send, key = m.clone(send, st), None
-        self._submit(Call("all_to_all", m, st, send.nbytes, (send, recv), key=key))
+        return self._call("all_to_all", sendbuf, recvbuf, None, -1, stream, key)
+
+    def _call(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any, key: Any) -> Any:
+        """Validate by the collective's Spec (frontend.py), submit the Call, return the user's result."""
+        call, result = validate(self, coll, sendbuf, recvbuf, op, root, stream, key)
+        if call is not None:
+            self._submit(call)
         return result
 
     def all_to_all_v(self, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int], recvcounts: Sequence[int],
