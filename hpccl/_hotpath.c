@@ -29,7 +29,9 @@
    scratch, whose address goes out instead) in its header with the counter; each rank then publishes a
    "done" word (2f, or 2f+1 when the root's writes failed and the peers read that part themselves), and
    returns once the ranks whose memory it touched or who touch its memory are done: its input is free
-   again on return. */
+   again on return. A read from a process that is gone leaves the call pending, naming that rank in
+   waiting(), so the Waiter's dead-peer check reports it; any other failed read raises OSError naming the
+   rank (hotcalls turns it into HpcclSystemError). */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -352,6 +354,7 @@ static int advance(Hot *h) {
         Py_BEGIN_ALLOW_THREADS read_from(h, h->root, (char *)h->recv.buf, 0, h->head);
         Py_END_ALLOW_THREADS
       }
+      if (h->err == ESRCH) return 1; /* that rank's process is gone: the Waiter's dead-peer check names it */
       if (h->err != 0) {
         int e = h->err, r = h->err_rank;
         release(h);
@@ -525,7 +528,8 @@ static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
   if (out == NULL || h->state == S_IDLE) return out;
   for (int r = 0; r < h->n; r++) {
     if (r == h->rank) continue;
-    int late = h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
+    int late = h->err && r == h->err_rank ? 1
+               : h->state == S_PRE ? ld_acq(h->ctr[r]) < h->f - 1
                : h->state == S_GATHER ? (!h->got[r] && ld_acq(h->done[r]) < 2 * h->f)
                : h->state == S_DONE && h->kind == K_AR ? ld_acq(h->done2[r]) < h->f
                : h->state == S_DONE ? ((h->kind != K_BC || h->rank == h->root || r == h->root) &&

@@ -26,7 +26,7 @@ from .bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
 from .cuda_context import check_capture, gpu_begin, net_capturable, on_device
 from .dispatch import device_collective, host_barrier, host_collective, net_barrier
-from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError
+from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError
 from .failures import arrived, dead_peer, in_call, named, peer_aborted, survey
 from .frontend import validate
 from .hotpath import OPCODE
@@ -336,6 +336,9 @@ class Communicator:
         except HpcclError as exc:  # the path across nodes: a round failed before it returned
             self._seq += 1
             hotcalls.failed(self, exc, coll)
+        except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
+            self._seq += 1
+            hotcalls.failed(self, HpcclSystemError(str(exc)), coll)
         if rc < 0:
             return False
         hotcalls.done(self, rc, coll)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from . import hotpath
-from .errors import HpcclError, HpcclRemoteError
+from .errors import HpcclError, HpcclRemoteError, HpcclSystemError
 from .failures import named
 from .hotpath import OPCODE
 from .interop import HOST
@@ -50,6 +50,8 @@ def done(comm: Any, rc: int, coll: str) -> None:
         comm._waiter.wait(comm._hot.resume, comm._hot.waiting)
     except HpcclError as exc:
         failed(comm, exc, coll)
+    except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
+        failed(comm, HpcclSystemError(str(exc)), coll)
 
 
 def failed(comm: Any, exc: HpcclError, coll: str) -> NoReturn:
@@ -83,6 +85,9 @@ def run(comm: Any, call: Any) -> bool:
         comm._rec.algo("hot")
         if rc:
             comm._waiter.wait(hot.resume, hot.waiting)
+    except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
+        hot.cancel()
+        raise HpcclSystemError(str(exc)) from None
     except BaseException:
         hot.cancel()
         raise
