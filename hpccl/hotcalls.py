@@ -85,6 +85,9 @@ def run(comm: Any, call: Any) -> bool:
         comm._rec.algo("hot")
         if rc:
             comm._waiter.wait(hot.resume, hot.waiting)
+    except HpcclError:  # (HpcclTimeoutError is an OSError too: it passes as it is)
+        hot.cancel()
+        raise
     except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
         hot.cancel()
         raise HpcclSystemError(str(exc)) from None
