@@ -41,7 +41,7 @@ def _ucx():
     return None
 
 
-exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], depends=["hpccl/_reduce.h"], extra_compile_args=["-O3", "-std=c11"], optional=True)]
+exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], depends=["hpccl/_reduce.h", "hpccl/_copy.h"], extra_compile_args=["-O3", "-std=c11"], optional=True)]
 ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx

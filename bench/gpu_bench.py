@@ -203,13 +203,13 @@ def main():
         say("#\n# sweep: all_reduce float32, forced algorithm x max blocks (host-launched)\n#" + head[1:])
         for algo in ("oneshot", "twoshot"):
             for blocks in (16, 32, 64):
-                comm._tuner.force("all_reduce", algo)
+                comm._planner.force("all_reduce", algo)
                 eng.set_blocks(blocks)
                 say(f"# algo {algo} blocks {blocks}")
                 for s in (1 << 20, 8 << 20, 64 << 20, 256 << 20, 1 << 30):
                     r = case("all_reduce", s, graph=False)
                     r["sweep"] = f"{algo}/b{blocks}"
-        comm._tuner.force("all_reduce", None)
+        comm._planner.force("all_reduce", None)
         eng.set_blocks(64)
     if rank == 0 and a.json:
         with open(a.json, "w") as f:
@@ -223,7 +223,7 @@ def _p(x):
 
 def _algo(comm, coll, size):
     """The algorithm the one tuner picks for this device call."""
-    return comm._tuner.choose(coll, size, comm.algorithms(coll, "cuda"), "cuda")
+    return comm._planner.plan(coll, size, "cuda").algo
 
 
 def _check(coll, y, rank, n):

@@ -201,7 +201,7 @@ def run_case(comm: Any, c: Dict[str, Any], pools: Pools, arenas: Dict[str, Arena
     S, R = (as_bf16(send), as_bf16(recv)) if bf else (send, recv)
     stream.synchronize()  # inputs made on this stream by CuPy, before the collective reads them
     if c["algo"] is not None:
-        comm._tuner.force(coll, c["algo"])
+        comm._planner.force(coll, c["algo"])
     try:
         st = stream if gpu else None
         if coll == "all_reduce":
@@ -225,7 +225,7 @@ def run_case(comm: Any, c: Dict[str, Any], pools: Pools, arenas: Dict[str, Arena
         comm.synchronize()  # an asynchronous failure (a kernel's timeout) raises here, before the check
     finally:
         if c["algo"] is not None:
-            comm._tuner.force(coll, None)
+            comm._planner.force(coll, None)
     got = recv.get() if gpu else recv.copy()
     if CORRUPT[0] and coll == "all_reduce" and me == 1 % n and c["i"] % CORRUPT[0] == 0 and got.size:
         got.view(np.uint8)[0] ^= 0x40  # --corrupt-every: the campaign's own check must catch this

@@ -51,7 +51,7 @@ def main() -> int:
     comm.all_reduce(cupy.ones(1, cupy.float32))  # builds the node engine
     eng = comm._dev.engine
     for coll in ("reduce", "all_gather"):
-        comm._tuner.force(coll, "direct")
+        comm._planner.force(coll, "direct")
     if comm.rank == 0:
         occ = {}
         for name, dt in (("hp_reduce_push<4, 0>", 4), ("hp_allreduce_twoshot<8, 0>", 8), ("hp_copy_push", None),

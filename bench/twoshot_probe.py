@@ -12,7 +12,7 @@ comm = hpccl.init()
 me, n = comm.rank, comm.size
 comm.all_reduce(cupy.ones(4, dtype=cupy.float32))
 comm.synchronize()
-comm._tuner.force("all_reduce", "twoshot")
+comm._planner.force("all_reduce", "twoshot")
 
 
 def value(r, c, i):

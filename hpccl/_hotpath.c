@@ -27,11 +27,16 @@
    block from them chunk by chunk, in rank order. Every rank publishes the address of its
    input (broadcast: a peer its output; an input that overlaps its own output is first copied to private
    scratch, whose address goes out instead) in its header with the counter; each rank then publishes a
-   "done" word (2f, or 2f+1 when the root's writes failed and the peers read that part themselves), and
+   "done" word (2f, or 2f+1 when the root did not write the head: a failed write, or the slow placement),
+   a broadcast peer only once it has read all it needs of the root, and
    returns once the ranks whose memory it touched or who touch its memory are done: its input is free
    again on return. A read from a process that is gone leaves the call pending, naming that rank in
    waiting(), so the Waiter's dead-peer check reports it; any other failed read raises OSError naming the
-   rank (hotcalls turns it into HpcclSystemError). */
+   rank (hotcalls turns it into HpcclSystemError).
+   Placement: a copy whose destination lies 1-63 bytes (mod 4096) after its source is 10-20x slower on CPUs
+   with fast rep movsb (_copy.h). Local copies take hp_copy; a read at that placement bounces through a
+   buffer at the source's offset (cma_read); the reduce chunks land at their sources' offsets; a root whose
+   head write would meet it leaves the head to the peers' reads. */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -44,12 +49,14 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "_copy.h"
 #include "_reduce.h"
 
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
 #define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
 #define RCHUNK 65536 /* direct reduce_scatter reads each peer's part in chunks of this many bytes */
+#define BOUNCE 65536 /* a read at the slow placement goes through a bounce buffer in pieces of this size */
 
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
@@ -80,7 +87,9 @@ typedef struct {
   Py_ssize_t cma_min;        /* direct calls from DIRECT_FROM times this many bytes per rank; 0: never */
   char *scratch;             /* a direct call's private copy of an input that overlaps its output */
   Py_ssize_t scratch_cap;
-  char *rtmp;                /* direct reduce_scatter: one chunk read from each rank (n x RCHUNK bytes) */
+  char *rtmp;                /* direct reduce_scatter: one chunk read from each rank (n pages-aligned parts of
+                                RCHUNK + 4096 bytes, each read placed at its source's offset in the page) */
+  char *bounce;              /* a read that would meet the slow placement lands here first (_copy.h) */
   int64_t f;                 /* this rank's hot-path calls */
   /* the call in progress */
   int state, kind, op, dt, root, esize;
@@ -120,6 +129,14 @@ static void release(Hot *h) {
   h->state = S_IDLE;
 }
 
+/* a call's end, slot path or direct: counted for comm.stats(), its buffers released */
+static void complete(Hot *h) {
+  h->n_calls[h->kind] += 1;
+  h->n_bytes[h->kind] += h->nbytes;
+  h->n_secs[h->kind] += now() - h->t0;
+  release(h);
+}
+
 static inline char *slot_of(Hot *h, int r, int64_t f) { return h->slot[r] + (f & 1) * h->cap; }
 
 /* out[0:nbytes] = reduction over every rank of bytes [off, off + nbytes) of its slot */
@@ -128,7 +145,7 @@ static void reduce_slots(Hot *h, char *out, Py_ssize_t off, Py_ssize_t nbytes) {
   for (Py_ssize_t b = 0; b < nbytes; b += BLOCK) {
     Py_ssize_t len = nbytes - b < BLOCK ? nbytes - b : BLOCK;
     for (int r = 0; r < h->n; r++) src[r] = slot_of(h, r, h->f) + off + b;
-    memcpy(out + b, src[0], len);
+    hp_copy(out + b, src[0], len);
     reduce_block(out + b, src, h->n, len / h->esize, h->dt, h->op);
   }
   if (h->op == OP_AVG) avg_scale(out, nbytes / h->esize, h->dt, h->n);
@@ -151,6 +168,21 @@ static int cma_move(pid_t pid, char *local, int64_t remote, Py_ssize_t len, int 
   return 0;
 }
 
+/* Read len bytes at process pid's ``remote`` into dst: straight in, or, where dst lies at the slow placement
+   from remote (_copy.h), through the bounce buffer placed at remote's offset in its page, then hp_copy. */
+static int cma_read(Hot *h, pid_t pid, char *dst, int64_t remote, Py_ssize_t len) {
+  if (!hp_bad_gap(dst, (const void *)(uintptr_t)remote)) return cma_move(pid, dst, remote, len, 0);
+  if (h->bounce == NULL && (h->bounce = aligned_alloc(4096, BOUNCE + 4096)) == NULL) return ENOMEM;
+  for (Py_ssize_t off = 0; off < len; off += BOUNCE) {
+    Py_ssize_t l = len - off < BOUNCE ? len - off : BOUNCE;
+    char *b = h->bounce + ((remote + off) & 4095);
+    int e = cma_move(pid, b, remote + off, l, 0);
+    if (e) return e;
+    hp_copy(dst + off, b, (size_t)l);
+  }
+  return 0;
+}
+
 /* The root writes the first ``head`` bytes of every peer's output, the peers read the rest: (n-1) * head
    for the root, nbytes - head for each peer. It depends on nbytes and n alone, which every rank knows (not
    on whether the root's call is in place, which only the root knows). */
@@ -161,7 +193,7 @@ static Py_ssize_t direct_head(Hot *h) {
 
 static void read_from(Hot *h, int r, char *dst, Py_ssize_t off, Py_ssize_t len) {
   if (h->err || len == 0) return;
-  h->err = cma_move(h->pid[r], dst, ld_acq(h->addr[r]) + off, len, 0);
+  h->err = cma_read(h, h->pid[r], dst, ld_acq(h->addr[r]) + off, len);
   if (h->err) h->err_rank = r;
 }
 
@@ -172,11 +204,12 @@ static void reduce_from_peers(Hot *h, char *out, Py_ssize_t off, Py_ssize_t len)
   for (Py_ssize_t b = 0; b < len; b += RCHUNK) {
     Py_ssize_t l = len - b < RCHUNK ? len - b : RCHUNK;
     for (int r = 0; r < h->n; r++) {
-      src[r] = h->rtmp + (Py_ssize_t)r * RCHUNK;
+      src[r] = h->rtmp + (Py_ssize_t)r * (RCHUNK + 4096);
       if (r != h->rank) {
+        src[r] += (ld_acq(h->addr[r]) + off + b) & 4095; /* at its source's offset: never the slow placement */
         read_from(h, r, src[r], off + b, l);
       } else if (h->src + off + b == out + b) { /* in place: the output chunk is written before it is read */
-        memcpy(src[r], h->src + off + b, l);
+        hp_copy(src[r], h->src + off + b, l);
       } else {
         src[r] = (char *)h->src + off + b;
       }
@@ -185,7 +218,7 @@ static void reduce_from_peers(Hot *h, char *out, Py_ssize_t off, Py_ssize_t len)
     for (Py_ssize_t c = 0; c < l; c += BLOCK) {
       Py_ssize_t cl = l - c < BLOCK ? l - c : BLOCK;
       for (int r = 0; r < h->n; r++) part[r] = src[r] + c;
-      memcpy(out + b + c, part[0], cl);
+      hp_copy(out + b + c, part[0], cl);
       reduce_block(out + b + c, part, h->n, cl / h->esize, h->dt, h->op);
     }
     if (h->op == OP_AVG) avg_scale(out + b, l / h->esize, h->dt, h->n);
@@ -215,7 +248,7 @@ static void gather_stripes(Hot *h) {
     }
     Py_ssize_t off, len;
     stripe(h, r, &off, &len);
-    if (len && (h->err = cma_move(h->pid[r], (char *)h->recv.buf + off, ld_acq(h->addr2[r]) + off, len, 0)))
+    if (len && (h->err = cma_read(h, h->pid[r], (char *)h->recv.buf + off, ld_acq(h->addr2[r]) + off, len)))
       h->err_rank = r;
   }
   if (h->fetched == h->n - 1) st_rel(h->done2[h->rank], f);
@@ -241,18 +274,21 @@ static void direct_part(Hot *h) {
       read_from(h, r, out + (Py_ssize_t)r * blk, off, blk);
     }
     char *mine = out + (Py_ssize_t)h->rank * blk;
-    if (mine != h->src + off) memmove(mine, h->src + off, blk);
+    if (mine != h->src + off) hp_move(mine, h->src + off, blk);
   } else if (h->rank == h->root) {
-    for (int r = 0; r < h->n && h->head; r++) {
+    for (int r = 0; r < h->n && h->head; r++) /* a write at the slow placement: the peers read it instead */
+      if (r != h->rank && hp_bad_gap((void *)(uintptr_t)ld_acq(h->addr[r]), h->send.buf)) mark = 2 * f + 1;
+    for (int r = 0; r < h->n && h->head && mark == 2 * f; r++) {
       if (r == h->rank) continue;
       if (cma_move(h->pid[r], (char *)h->send.buf, ld_acq(h->addr[r]), h->head, 1) != 0) {
         mark = 2 * f + 1; /* the peers read the head themselves */
         break;
       }
     }
-    if (h->recv.buf != h->send.buf) memmove(h->recv.buf, h->send.buf, h->nbytes); /* peers read src */
-  } else {
+    if (h->recv.buf != h->send.buf) hp_move(h->recv.buf, h->send.buf, h->nbytes); /* peers read src */
+  } else { /* a broadcast peer publishes its done word once it has the root's mark (advance) */
     read_from(h, h->root, out + h->head, h->head, h->nbytes - h->head);
+    return;
   }
   st_rel(h->done[h->rank], mark);
 }
@@ -292,7 +328,7 @@ static void publish(Hot *h) {
     return;
   }
   if (h->kind != K_BAR && (h->kind != K_BC || h->rank == h->root))
-    memcpy(slot_of(h, h->rank, h->f), h->send.buf, h->nbytes);
+    hp_copy(slot_of(h, h->rank, h->f), h->send.buf, h->nbytes);
   st_rel(h->ctr[h->rank], h->f);
 }
 
@@ -306,17 +342,17 @@ static void finish(Hot *h) {
       break;
     case K_A2A: {
       Py_ssize_t blk = h->nbytes / h->n;
-      for (int r = 0; r < h->n; r++) memcpy(out + (Py_ssize_t)r * blk, slot_of(h, r, h->f) + (Py_ssize_t)h->rank * blk, blk);
+      for (int r = 0; r < h->n; r++) hp_copy(out + (Py_ssize_t)r * blk, slot_of(h, r, h->f) + (Py_ssize_t)h->rank * blk, blk);
       break;
     }
     case K_AG:
-      for (int r = 0; r < h->n; r++) memcpy(out + (Py_ssize_t)r * h->nbytes, slot_of(h, r, h->f), h->nbytes);
+      for (int r = 0; r < h->n; r++) hp_copy(out + (Py_ssize_t)r * h->nbytes, slot_of(h, r, h->f), h->nbytes);
       break;
     case K_BC:
       if (h->rank != h->root)
-        memcpy(out, slot_of(h, h->root, h->f), h->nbytes);
+        hp_copy(out, slot_of(h, h->root, h->f), h->nbytes);
       else if (h->have_recv)
-        memmove(out, h->send.buf, h->nbytes);
+        hp_move(out, h->send.buf, h->nbytes);
       break;
   }
 }
@@ -350,9 +386,13 @@ static int advance(Hot *h) {
       if (h->fetched == h->n - 1) h->state = S_DONE;
     }
     if (h->state == S_DONE && direct_ready(h)) {
-      if (h->kind == K_BC && h->rank != h->root && ld_acq(h->done[h->root]) == 2 * h->f + 1) {
-        Py_BEGIN_ALLOW_THREADS read_from(h, h->root, (char *)h->recv.buf, 0, h->head);
-        Py_END_ALLOW_THREADS
+      if (h->kind == K_BC && h->rank != h->root) { /* the head too, if the root did not write it; then the
+                                                      root may return: this rank reads its buffer no more */
+        if (ld_acq(h->done[h->root]) == 2 * h->f + 1) {
+          Py_BEGIN_ALLOW_THREADS read_from(h, h->root, (char *)h->recv.buf, 0, h->head);
+          Py_END_ALLOW_THREADS
+        }
+        st_rel(h->done[h->rank], 2 * h->f);
       }
       if (h->err == ESRCH) return 1; /* that rank's process is gone: the Waiter's dead-peer check names it */
       if (h->err != 0) {
@@ -363,10 +403,7 @@ static int advance(Hot *h) {
                      strerror(e));
         return -2;
       }
-      h->n_calls[h->kind] += 1;
-      h->n_bytes[h->kind] += h->nbytes;
-      h->n_secs[h->kind] += now() - h->t0;
-      release(h);
+      complete(h);
       return 0;
     }
     if (h->state == S_WAIT && !h->direct && needed_ready(h)) {
@@ -376,10 +413,7 @@ static int advance(Hot *h) {
       } else {
         finish(h);
       }
-      h->n_calls[h->kind] += 1;
-      h->n_bytes[h->kind] += h->nbytes;
-      h->n_secs[h->kind] += now() - h->t0;
-      release(h);
+      complete(h);
       return 0;
     }
     if (budget-- > 0) {
@@ -403,7 +437,8 @@ static int direct_source(Hot *h) {
   if (h->kind == K_AG) overlap = overlap && s != o + (Py_ssize_t)h->rank * h->nbytes;
   if (h->kind == K_RS) overlap = overlap && o != s + (Py_ssize_t)h->rank * olen;
   if (h->kind == K_AR) overlap = overlap && o != s;
-  if ((h->kind == K_RS || h->kind == K_AR) && h->rtmp == NULL && (h->rtmp = malloc((size_t)h->n * RCHUNK)) == NULL) return -1;
+  if ((h->kind == K_RS || h->kind == K_AR) && h->rtmp == NULL && (h->rtmp = aligned_alloc(4096, (size_t)h->n * (RCHUNK + 4096))) == NULL)
+    return -1;
   h->src = s;
   h->head = h->kind == K_BC ? direct_head(h) : 0;
   if (!overlap || (h->kind == K_BC && h->rank != h->root)) return 0;
@@ -412,7 +447,7 @@ static int direct_source(Hot *h) {
     if (p == NULL) return -1;
     h->scratch = p, h->scratch_cap = h->nbytes;
   }
-  memcpy(h->scratch, s, h->nbytes);
+  hp_copy(h->scratch, s, h->nbytes);
   h->src = h->scratch;
   return 0;
 }
@@ -594,7 +629,7 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
   }
   Py_DECREF(pseq);
   h->cma_min = cma_min;
-  h->scratch = NULL, h->scratch_cap = 0, h->rtmp = NULL;
+  h->scratch = NULL, h->scratch_cap = 0, h->rtmp = NULL, h->bounce = NULL;
   h->n = (int)n, h->rank = rank, h->cap = cap, h->reduce_cap = reduce_cap, h->spin = spin, h->f = 0;
   h->state = S_IDLE;
   h->have_send = h->have_recv = 0;
@@ -608,6 +643,7 @@ static void Hot_dealloc(Hot *h) {
   release(h);
   free(h->scratch);
   free(h->rtmp);
+  free(h->bounce);
   Py_TYPE(h)->tp_free((PyObject *)h);
 }
 

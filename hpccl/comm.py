@@ -3,15 +3,16 @@
 Every public call validates its arguments once, with the same rules and messages for host and device
 buffers (through the memory component of the buffer's kind: memory.host or memory.cuda.DeviceMemory),
 before anything moves. It becomes a Call (collective, memory kind, stream, bytes, flat arguments), which
-runs at once or, inside group(), at the group's end. Running a Call asks the one Tuner for an algorithm
-from the one table (hpccl.algorithms) that serves this memory kind on this layout, and runs it: host
-schedules over primitives; GPU kernels over peer memory (one node); host schedules over device primitives
-on the network proxy (several nodes); or hier, composed of the sub-communicators' calls.
+runs at once or, inside group(), at the group's end. Running a Call asks the communicator's one planner
+(hpccl/planner.py) for its plan, made once per size bucket from the one table (hpccl.algorithms) and the
+cost model, and runs it: the compiled hot path; host schedules over primitives; GPU kernels over peer
+memory (one node); host schedules over device primitives on the network proxy (several nodes); or hier,
+composed of the sub-communicators' calls. Plain numpy calls try the hot path's front door first.
 
 The jobs around the front end have modules of their own, functions of the communicator that import no
-Communicator: dispatch (a Call to its algorithm), hotcalls (the compiled hot path), p2p (sends, receives,
-groups), failures (naming and passing on errors), lifecycle (split, shrink, sub-communicators, destroy),
-cuda_context, and transport.select (the transports chosen at set-up)."""
+Communicator: planner (every choice), dispatch (a Call run by its plan), hotcalls (the compiled hot path),
+p2p (sends, receives, groups), failures (naming and passing on errors), lifecycle (split, shrink,
+sub-communicators, destroy), cuda_context, and transport.select (the transports chosen at set-up)."""
 from __future__ import annotations
 
 import os
@@ -21,18 +22,19 @@ from typing import Any, ContextManager, Dict, List, Optional, Sequence, Tuple, U
 import numpy as np
 
 from . import check, config, failures, hotcalls, lifecycle, log, p2p
-from .algorithms import Layout, eligible
+from .algorithms import Layout
 from .bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
 from .cuda_context import check_capture, gpu_begin, net_capturable, on_device
 from .dispatch import device_collective, host_barrier, host_collective, net_barrier
-from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError
+from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError
 from .failures import arrived, dead_peer, in_call, named, peer_aborted, survey
 from .frontend import validate
 from .hotpath import OPCODE
 from .interop import CUDA, HOST, memory_kind
 from .memory import host
 from .ops import SUM, ReduceOp
+from .planner import Planner
 from .primitives import Primitives
 from .progress import Waiter
 from .recorder import Recorder, StepRecorder
@@ -41,10 +43,12 @@ from .topology.nodes import node_name
 from .transport import select
 from .transport.base import Transport
 from .transport.shm import ShmTransport
+from .transport.table import TransportTable
 
 OpLike = Union[ReduceOp, str]
 FIRED = object()  # the device fast path replayed the call
 _perf = time.perf_counter
+_OP_TYPES = frozenset((str, ReduceOp))  # ops the front door looks up (others: the Spec names them)
 _SHORT = {"all_reduce": "ar", "reduce": "red", "broadcast": "bc", "all_gather": "ag", "reduce_scatter": "rs",
           "all_to_all": "a2a"}  # the collectives' names in launch-snapshot keys
 
@@ -71,10 +75,8 @@ class Communicator:
         self.parent_ranks: Optional[List[int]] = None  # a hier sub-communicator's ranks in its parent
         self._parent: Optional["Communicator"] = None  # the communicator whose hier steps this one runs
         self.cuda_device: Optional[int] = None  # a sub-communicator's GPU: its parent's, not its own guess
-        self._eligible: Dict[Tuple[str, str], List[str]] = {}
         self._trace = log.tracing()
         self._check_calls = config.get("HPCCL_CHECK")
-        self._replay_algo: Dict[tuple, str] = {}  # the algorithm of each GPU launch snapshot (comm.stats())
         self._gpu_timer: Any = None  # CUDA events timing traced GPU calls (hpccl/trace.py)
 
         names = self._boot.allgather(node_name(self._boot.world_rank, node_id))
@@ -85,7 +87,8 @@ class Communicator:
         self.local_rank, self.local_size = local.index(self.rank), len(local)
 
         force = select.forced()
-        self._transports: List[Transport] = []
+        self._table = TransportTable(self.rank, self.size)  # every way to the peers (transport/table.py)
+        self._transports: List[Transport] = self._table.messaging  # the message transports, in set-up order
         tag = self._boot.bcast(ShmTransport.new_tag() if self.rank == 0 else None)
         steps_of = lifecycle.STEPS_OF.get()
         self._rec = (Recorder(tag, self.rank, self.size, self._boot.world_rank) if steps_of is None else
@@ -96,11 +99,8 @@ class Communicator:
         self._observed = self._rec.trace is not None or self._nvtx is not None  # every GPU call through _run
         shm, self._force_mpi = select.node_transport(self, force, local, tag)
         if shm is not None:
-            self._transports.append(shm)
+            self._table.add("shm", "messages through shared-memory slots", local, shm)
         net = select.net_transport(self)
-        transport_of: Dict[int, Transport] = {}
-        for r in range(self.size):
-            transport_of[r] = shm if (shm is not None and r in local) else net
         self._path = "shm" if net is None else net.name  # the slowest link prices the flat algorithms
         window = shm.window() if (shm is not None and self.num_nodes == 1) else None
         spin = config.get("HPCCL_SPIN")
@@ -109,27 +109,28 @@ class Communicator:
         self._waiter = Waiter(config.get("HPCCL_TIMEOUT"), spin, [q for q in range(self.size) if q != self.rank],
                               lambda p: arrived(self, p), self._peer_aborted, self.abort,
                               lambda: survey(self), lambda: dead_peer(self))
-        self._prim = Primitives(self.rank, self.size, transport_of, window, self._waiter, host)
+        self._prim = Primitives(self.rank, self.size, self._table.of, window, self._waiter, host)
         if window is not None:  # single-copy algorithms only if every rank can read its peers
             want = config.get("HPCCL_SINGLE_COPY") and shm.cma_ok
             self._prim.single_copy = all(self._boot.allgather(want))
+            self._table.add("window", "loads and stores in the node's shared window", local)
+            if self._prim.single_copy:
+                self._table.add("cma", "single-copy reads of peers' buffers (process_vm_readv)", local)
         from .tuning import Tuner
         sizes = {len(self.nodes.ranks_on(nd)) for nd in range(self.num_nodes)}
         self.layout = Layout(self.num_nodes, self.local_size, len(sizes) == 1, window is not None,
                              self._prim.single_copy)
-        self._tuner = Tuner(self._path, self.size, self.local_size, self.num_nodes)
+        self._planner = Planner(Tuner(self._path, self.size, self.local_size, self.num_nodes), self.layout)
+        self._front = self._planner.front  # collective -> hot path: calls it takes before Python validation
         self._hot: Any = None  # the compiled hot path (hpccl/hotpath.py): the node's segments, or the network
-        self._hot_serves: tuple = ()  # collectives it can serve
-        self._hot_colls: frozenset = frozenset()  # collectives it serves (not those HPCCL_ALGO forces elsewhere)
-        self._front: Dict[str, Any] = {}  # the same, taken before Python validation (plain numpy arrays)
         hotcalls.attach(self, shm, net, spin)
-        self._tuner.on_force = self._on_force
         if config.get("HPCCL_CHECK_ENV"):
             select.check_env(self, shm)
         self.setup_seconds = time.perf_counter() - t0
         log.info("INIT", "communicator rank %d/%d node %d/%d local %d/%d path %s in %.3fs", self.rank,
                  self.size, self.node, self.num_nodes, self.local_rank, self.local_size, self._path,
                  self.setup_seconds)
+        log.info("INIT", "transports: %s", self._table.describe())
 
     # ----- set-up and failures (hpccl/transport/select.py, hpccl/failures.py) ---------------------------------
     def _new_net_transport(self) -> Transport:
@@ -250,18 +251,9 @@ class Communicator:
 
     # ----- running ---------------------------------------------------------------------------------
     def algorithms(self, coll: str, kind: str = HOST) -> List[str]:
-        """The algorithms this communicator can run for ``coll`` on ``kind`` memory ('host' or 'cuda')."""
-        names = self._modelled(coll, kind)
-        if self._hot is not None and kind == HOST and coll in self._hot_serves:
-            return names + ["hot"]  # the compiled path (up to HPCCL_HOT_SIZE bytes per rank)
-        return names
-
-    def _modelled(self, coll: str, kind: str) -> List[str]:
-        """The table's algorithms for ``coll`` on this layout: the ones the cost model chooses among."""
-        names = self._eligible.get((coll, kind))
-        if names is None:
-            names = self._eligible[(coll, kind)] = eligible(coll, kind, self.layout)
-        return names
+        """The algorithms this communicator can run for ``coll`` on ``kind`` memory ('host' or 'cuda'):
+        the table's on this layout, and 'hot' where the compiled path serves it."""
+        return self._planner.algorithms(coll, kind)
 
     def _run(self, call: Call) -> None:
         if call.mem is not host and self.num_nodes > 1:  # refused before it counts or aborts anything
@@ -313,16 +305,6 @@ class Communicator:
         else:
             self._run(call)
 
-    def _on_force(self) -> None:
-        """A collective was pinned to another algorithm (Tuner.force): the hot path steps aside or comes
-        back, and the GPU launch snapshots go, since a replay would run the algorithm of the call that
-        made it. (A snapshot is keyed by buffers, not algorithm; two ranks whose allocators reuse a pointer
-        differently would otherwise run different kernels in one call.)"""
-        hotcalls.refresh(self)
-        if self._dev is not None and self._dev.engine is not None:
-            self._dev.engine.drop()
-        self._replay_algo.clear()
-
     def _front_door(self, coll: str, sendbuf: Any, recvbuf: Any, out_required: bool, *args: Any) -> bool:
         """Hand a call on plain numpy arrays to the hot path before any Python validation; True when it
         took the call (anything it declines goes the validating way). ``out_required``: the collective
@@ -331,18 +313,7 @@ class Communicator:
         if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
                 or (out_required and type(recvbuf) is not np.ndarray)):
             return False
-        try:
-            rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
-        except HpcclError as exc:  # the path across nodes: a round failed before it returned
-            self._seq += 1
-            hotcalls.failed(self, exc, coll)
-        except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
-            self._seq += 1
-            hotcalls.failed(self, HpcclSystemError(str(exc)), coll)
-        if rc < 0:
-            return False
-        hotcalls.done(self, rc, coll)
-        return True
+        return hotcalls.front(self, hot, coll, (sendbuf, recvbuf, *args))
 
     def _net_capturable(self) -> bool:
         """True when this communicator's GPU network steps can be captured (hpccl/cuda_context.py)."""
@@ -367,7 +338,7 @@ class Communicator:
                     t0 = _perf()
                     if eng.fire(key):
                         ks = key[1]
-                        self._rec.stats.add(coll, CUDA, self._replay_algo.get(key, ""),
+                        self._rec.stats.add(coll, CUDA, self._planner.replays.get(key, ""),
                                             ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
                                             _perf() - t0)
                         return FIRED
@@ -378,7 +349,8 @@ class Communicator:
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
         """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
-        if self._front and self._front_door("all_reduce", sendbuf, recvbuf, False, OPCODE.get(op, -1)):
+        if self._front and self._front_door("all_reduce", sendbuf, recvbuf, False,
+                                            OPCODE.get(op, -1) if type(op) in _OP_TYPES else -1):
             return sendbuf if recvbuf is None else recvbuf
         key = self._enter("all_reduce", sendbuf, recvbuf, op, -1, stream)
         if key is FIRED:
@@ -389,7 +361,8 @@ class Communicator:
                stream: Any = None) -> Any:
         """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
         if (self._front and type(root) is int
-                and self._front_door("reduce", sendbuf, recvbuf, False, root, OPCODE.get(op, -1))):
+                and self._front_door("reduce", sendbuf, recvbuf, False, root,
+                                     OPCODE.get(op, -1) if type(op) in _OP_TYPES else -1)):
             return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
         key = self._enter("reduce", sendbuf, recvbuf, op, root, stream)
         if key is FIRED:
@@ -418,7 +391,8 @@ class Communicator:
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
                        stream: Any = None) -> Any:
         """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
-        if self._front and self._front_door("reduce_scatter", sendbuf, recvbuf, True, OPCODE.get(op, -1)):
+        if self._front and self._front_door("reduce_scatter", sendbuf, recvbuf, True,
+                                            OPCODE.get(op, -1) if type(op) in _OP_TYPES else -1):
             return recvbuf
         key = self._enter("reduce_scatter", sendbuf, recvbuf, op, -1, stream, True)
         if key is FIRED:
@@ -458,6 +432,10 @@ class Communicator:
         from .device import registrable
         eng, flat = registrable(self, buf, "register")
         eng.register(flat.data.ptr, flat.nbytes, buf, "buf")
+        if not self._planner.registered:
+            self._table.add("cuda_register", "registered buffers read in place by peers' kernels",
+                            self.nodes.ranks_on(self.node))
+        self._planner.register()
 
     def deregister(self, buf: Any) -> None:
         """Undo register(buf) on every rank together, once every rank's GPU work so far is done."""

@@ -97,7 +97,7 @@ class CudaComm:
                                 config.get("HPCCL_CUDA_TRANSPORT"))
         lay = self.peers.layout
         self.driver = Driver.get()
-        shm = next((t for t in comm._transports if hasattr(t, "launched")), None)
+        shm = comm._table.find("shm")
         self._shm = shm  # peers' launch counts, read when a kernel's wait times out
         self._pub = shm.device_counter() if shm is not None else None  # where this rank publishes its own
         with cupy.cuda.Device(device):

@@ -52,10 +52,18 @@ class DeviceSide:
                 for msg in check_gpu_peer_access(comm.local_size, cupy) + check_memlock():
                     log.warn("ENV", "%s", msg)  # once per node, before the peer mappings are made
             self.engine = CudaComm(comm, device)
+            comm._planner.on_drop.append(self.drop_snapshots)  # a forced choice: no replay of the old one
+            comm._table.add("cuda_ipc", "GPU kernels' loads and stores in peers' device memory",
+                            comm.nodes.ranks_on(comm.node))
         else:
             self._setup_network(comm, cupy)
         log.info("INIT", "GPU %d for rank %d: %s", device, comm.rank,
                  "kernels over peer memory" if self.engine is not None else self.path)
+
+    def drop_snapshots(self) -> None:
+        """Forget the kernel engine's launch snapshots (the planner's plans were dropped)."""
+        if self.engine is not None:
+            self.engine.drop()
 
     def gpu_share(self, boot: Any) -> int:
         """Most ranks of ``boot``'s communicator on one physical GPU (host name and PCI bus id);
@@ -71,7 +79,7 @@ class DeviceSide:
         timeout = config.get("HPCCL_TIMEOUT")
         self.waiter = Waiter(timeout, 0, [q for q in range(comm.size) if q != comm.rank],
                              lambda p: None, lambda: None, comm.abort)
-        engine = next((t for t in comm._transports if getattr(t, "impl", "") == "engine"), None)
+        engine = comm._table.find("engine")
         if engine is not None:
             # the communicator's own engine: staged steps on the caller's stream (hpccl/netstep.py)
             from .netstep import StagedNet, StagedPrimitives, StagedRunner

@@ -1,6 +1,6 @@
-"""From a validated collective Call to its algorithm: the tuner's choice from the one table for the
-call's memory kind, then host schedules, the compiled hot path, GPU kernels (one node), host schedules on
-the network proxy (device memory across nodes), or hier over the sub-communicators' steps.
+"""A validated collective Call run by its plan (hpccl/planner.py): the compiled hot path, a host schedule,
+zero-copy kernels on registered buffers, GPU kernels (one node), a host schedule on the network proxy
+(device memory across nodes), or hier over the sub-communicators' steps. No choice is made here.
 Functions of the communicator (the fields they read); Communicator._run calls them."""
 from __future__ import annotations
 
@@ -9,22 +9,34 @@ from typing import Any
 import numpy as np
 
 from . import hotcalls, log
-from .algorithms import ALGORITHMS, hier
+from .algorithms import hier
 from .call import Call
 from .cuda_context import check_capture
 from .errors import HpcclError
 from .failures import in_parent
 from .interop import CUDA, HOST
 from .memory import host
+from .planner import HIER, HOT, KERNEL, ZERO_COPY, Plan
 
 
-def choose(comm: Any, coll: str, nbytes: int, kind: str) -> str:
-    """The tuner's algorithm for this call among the table's on this layout, recorded (and traced)."""
-    algo = comm._tuner.choose(coll, nbytes, comm._modelled(coll, kind), kind)
-    comm._rec.algo(algo)
+def planned(comm: Any, coll: str, nbytes: int, kind: str) -> Plan:
+    """The planner's plan for this call, its algorithm recorded (and traced)."""
+    p = comm._planner.plan(coll, nbytes, kind)
+    if p.fallback is not None:  # a route that may decline: recorded by the route, or by declined()
+        return p
+    comm._rec.algo(p.algo)
     if comm._trace:
-        log.trace("COLL", "%s %d B %s algo %s", comm._rec.name(coll, comm._seq), nbytes, kind, algo)
-    return algo
+        log.trace("COLL", "%s %d B %s algo %s", comm._rec.name(coll, comm._seq), nbytes, kind, p.algo)
+    return p
+
+
+def declined(comm: Any, call: Call, p: Plan) -> Plan:
+    """The plan to run when ``p``'s route declined the call, recorded (and traced) as planned() does."""
+    p = p.fallback
+    comm._rec.algo(p.algo)
+    if comm._trace:
+        log.trace("COLL", "%s %d B algo %s", comm._rec.name(call.coll, comm._seq), call.nbytes, p.algo)
+    return p
 
 
 def hier_steps(comm: Any, stream: Any = None) -> hier.Steps:
@@ -38,13 +50,15 @@ def hier_steps(comm: Any, stream: Any = None) -> hier.Steps:
 def host_collective(comm: Any, call: Call) -> None:
     """Run a validated collective Call on host memory: the chosen algorithm, then the op's last step."""
     coll, args = call.coll, call.args
-    if coll in comm._hot_colls and hotcalls.run(comm, call):
-        return
-    algo = choose(comm, coll, call.nbytes, HOST)
-    if algo == "hier":
+    p = planned(comm, coll, call.nbytes, HOST)
+    if p.route == HOT:
+        if hotcalls.run(comm, call):
+            return
+        p = declined(comm, call, p)
+    if p.route == HIER:
         hier.run(hier_steps(comm), coll, *args)
     else:
-        ALGORITHMS[coll][algo].fn(comm._prim, *args)
+        p.spec.fn(comm._prim, *args)
     if call.finish is not None:
         host.finish(call.finish, call.op, comm.size)
 
@@ -54,25 +68,22 @@ def device_collective(comm: Any, call: Call) -> None:
     dev = comm._dev
     coll, args, st = call.coll, call.args, call.stream
     eng = dev.engine
-    if eng is not None and eng.registry:
+    p = planned(comm, coll, call.nbytes, CUDA)
+    if p.route == ZERO_COPY:  # declines buffers the registry does not hold
         from .zero_copy import run as zero_copy
         algo = zero_copy(eng, coll, args, st)
         if algo is not None:
             comm._rec.algo(algo)
             return
-    algo = choose(comm, coll, call.nbytes, CUDA)
-    spec = ALGORITHMS[coll].get(algo)
-    if spec is not None and spec.cuda_scope == "node":
-        eng = dev.engine
+        p = declined(comm, call, p)
+    spec = p.spec
+    if p.route == KERNEL:
         spec.cuda(eng, *args, st)
         eng.remember(call.key)
-        if call.key is not None:
-            if len(comm._replay_algo) > 2048:
-                comm._replay_algo.clear()
-            comm._replay_algo[call.key] = algo
+        comm._planner.snapshot(call.key, p.algo)
         return
     finish = call.finish
-    if algo == "hier":
+    if p.route == HIER:
         check_capture(comm, st, coll)
         from .device import stream_context
         with stream_context(dev.device, st):
@@ -101,7 +112,7 @@ def device_collective(comm: Any, call: Call) -> None:
 
 def host_barrier(comm: Any, call: Call) -> None:
     """A host barrier: the hot path's, else the shared-memory window's, else a dissemination barrier."""
-    if "barrier" in comm._hot_colls and hotcalls.run(comm, call):
+    if "barrier" in comm._planner.hot_colls and hotcalls.run(comm, call):
         return
     if comm._prim.window is not None:
         comm._prim.barrier_window()

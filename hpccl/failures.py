@@ -138,7 +138,7 @@ def abort(comm: Any, origin: Optional[int] = None) -> None:
     outside one travels in comm's numbering, as -(r+2)); ``origin``: the rank whose failure this passes on."""
     if not comm._aborted:
         comm._aborted = True
-        comm._front = {}
+        comm._planner.close()  # the hot path's front door and the plans go
         comm._rec.dump(f"abort in {comm._waiter.collective} #{comm._seq}"
                        + ("" if origin is None or origin == comm.rank else f", passed on from rank {origin}"))
         if comm._dev is not None and comm._dev.engine is not None:

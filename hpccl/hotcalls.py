@@ -1,6 +1,7 @@
-"""A communicator's calls on the compiled hot path (hpccl/hotpath.py): which collectives it serves now,
-the validated host calls it runs, and the end of a call its front door took (the wait, a failure).
-Functions of the communicator (the fields they read); Communicator._front_door calls them."""
+"""A communicator's calls on the compiled hot path (hpccl/hotpath.py): its attachment (the planner
+decides which collectives it serves), the calls its front door takes before Python validation, and the
+validated host calls the planner routes to it. Errors are hpccl's in one place (``error``), named and
+aborting as the validated path's do. Functions of the communicator (the fields they read)."""
 from __future__ import annotations
 
 from typing import Any, NoReturn
@@ -20,38 +21,42 @@ def attach(comm: Any, shm: Any, net: Any, spin: int) -> None:
     elif net is not None and comm.local_size == 1 and comm.num_nodes == comm.size:
         comm._hot = hotpath.attach_net(net, spin)
     if comm._hot is not None:
-        comm._hot_serves = hotpath.collectives(comm._hot)
         hot, size = comm._hot, comm.size  # its calls are counted in C, front door and validated path alike
         comm._rec.stats.external.append(
             lambda: [(c, HOST, "hot", n, b, t) for c, n, b, t in hotpath.counts(hot, size)])
-        refresh(comm)
+        # the front door steps aside for HPCCL_CHECK and the flight recorder's dumps and trace, which need
+        # every call to pass through Python; the planner leaves out what HPCCL_ALGO pins elsewhere
+        comm._planner.attach_hot(hot, hotpath.collectives(hot), not (
+            comm._check_calls or comm._rec.dump_dir or comm._rec.trace is not None))
 
 
-def refresh(comm: Any) -> None:
-    """Which collectives the hot path serves: all it can, but not one HPCCL_ALGO (or a benchmark's
-    force) pins to another algorithm; the front door also steps aside for HPCCL_CHECK and the flight
-    recorder's dumps, which need every call to pass through Python."""
-    if comm._hot is None or comm._aborted or comm._destroyed:
-        return
-    ov = comm._tuner.override
-    comm._hot_colls = frozenset(c for c in comm._hot_serves if (ov.get(c) or ov.get("*")) in (None, "hot"))
-    comm._front = ({} if comm._check_calls or comm._rec.dump_dir or comm._rec.trace is not None
-                   else {c: comm._hot for c in comm._hot_colls})
+def error(exc: BaseException) -> HpcclError:
+    """The hpccl error of a hot-path failure: an HpcclError as it is (HpcclTimeoutError is an OSError
+    too), any other OSError (a direct call's read of a peer's memory; the message names the peer) as
+    HpcclSystemError."""
+    return exc if isinstance(exc, HpcclError) else HpcclSystemError(str(exc))
 
 
-def done(comm: Any, rc: int, coll: str) -> None:
-    """A call the hot path took from the front door: count it, and finish its wait if it is pending
-    (the Waiter's timeout, abort and dead-peer checks; a failure is named and aborts as in _run)."""
-    comm._seq += 1
-    if rc == 0:
-        return
-    comm._waiter.collective, comm._waiter.seq = coll, comm._seq
+def front(comm: Any, hot: Any, coll: str, args: tuple) -> bool:
+    """Hand a call on plain numpy arrays to the hot path before any Python validation: True when it took
+    the call (and finished its wait), False when it declined (the validating way takes it)."""
     try:
-        comm._waiter.wait(comm._hot.resume, comm._hot.waiting)
-    except HpcclError as exc:
-        failed(comm, exc, coll)
-    except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
-        failed(comm, HpcclSystemError(str(exc)), coll)
+        rc = getattr(hot, coll)(*args, comm._seq + 1)
+    except OverflowError:  # a root past C's int: nothing ran, and the Spec names it
+        return False
+    except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
+        comm._seq += 1
+        failed(comm, error(exc), coll)
+    if rc < 0:
+        return False
+    comm._seq += 1
+    if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
+        comm._waiter.collective, comm._waiter.seq = coll, comm._seq
+        try:
+            comm._waiter.wait(hot.resume, hot.waiting)
+        except (HpcclError, OSError) as exc:
+            failed(comm, error(exc), coll)
+    return True
 
 
 def failed(comm: Any, exc: HpcclError, coll: str) -> NoReturn:
@@ -85,12 +90,9 @@ def run(comm: Any, call: Any) -> bool:
         comm._rec.algo("hot")
         if rc:
             comm._waiter.wait(hot.resume, hot.waiting)
-    except HpcclError:  # (HpcclTimeoutError is an OSError too: it passes as it is)
+    except (HpcclError, OSError) as exc:  # named and aborting in Communicator._run
         hot.cancel()
-        raise
-    except OSError as exc:  # a direct call's read of a peer's memory failed (the message names the peer)
-        hot.cancel()
-        raise HpcclSystemError(str(exc)) from None
+        raise error(exc) from None
     except BaseException:
         hot.cancel()
         raise

@@ -71,7 +71,7 @@ def destroy(comm: Any) -> None:
     """Release the hot path, GPU side, sub-communicators, transports and bootstrap; safe to call twice."""
     if comm._destroyed:
         return
-    comm._front = {}
+    comm._planner.close()
     if comm._hot is not None:
         comm._hot.cancel()
         comm._hot = None
@@ -94,7 +94,7 @@ def destroy(comm: Any) -> None:
     comm._prim._scratch.clear()
     for t in comm._transports:
         t.close()
-    comm._transports = []
+    comm._table.clear()
     comm._boot.close()
     comm._destroyed = True
 

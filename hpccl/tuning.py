@@ -217,7 +217,8 @@ def _parse_override(text: str) -> Dict[str, str]:
 
 
 class Tuner:
-    """Chooses an algorithm per (collective, memory kind, size) for one communicator; decisions are cached."""
+    """The cost model of one communicator: the algorithm it prices lowest per (collective, memory kind,
+    size), or the one HPCCL_ALGO (``override``) pins; the planner (hpccl/planner.py) caches its answers."""
 
     def __init__(self, path: str, nranks: int, local_ranks: int, nodes: int = 1, intra: str = "shm") -> None:
         paths = _load_paths()
@@ -230,19 +231,7 @@ class Tuner:
         cpus = os.cpu_count() or 1
         self.share = max(1.0, local_ranks / cpus)
         self.override = _parse_override(config.get("HPCCL_ALGO"))
-        self.on_force: Optional[Callable[[], None]] = None  # told when force() changes the override
-        self._cache: Dict[tuple, str] = {}
         self._warned: set = set()
-
-    def force(self, coll: str, algo: Optional[str]) -> None:
-        """Pin ``coll`` to ``algo`` (None: back to the model), as HPCCL_ALGO would."""
-        if algo is None:
-            self.override.pop(coll, None)
-        else:
-            self.override[coll] = algo
-        self._cache.clear()
-        if self.on_force is not None:
-            self.on_force()
 
     def predict(self, coll: str, algo: str, nbytes: int, kind: str = "host") -> float:
         N = float(nbytes)
@@ -258,15 +247,10 @@ class Tuner:
         return MODELS[coll][algo](self.path, N, self.n, self.share)
 
     def choose(self, coll: str, nbytes: int, eligible: Iterable[str], kind: str = "host") -> str:
-        key = (coll, kind, nbytes.bit_length())
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
         names = list(eligible)
         forced = self.override.get(coll) or self.override.get("*")
         if forced:
             if forced in names:
-                self._cache[key] = forced
                 return forced
             if (coll, kind, forced) not in self._warned:
                 self._warned.add((coll, kind, forced))
@@ -277,7 +261,6 @@ class Tuner:
         best = min(names, key=lambda a: self.predict(coll, a, probe, kind))
         log.trace("TUNING", "%s %d B %s on %d ranks over %s -> %s", coll, nbytes, kind, self.n, self.path_name,
                   best)
-        self._cache[key] = best
         return best
 
 

@@ -12,16 +12,13 @@ from .errors import HpcclSystemError
 from .kernels import OP_IDS
 from .transport.cuda_register import Registry
 
-#: collectives with zero-copy kernels for registered buffers
-REG_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
 
 
 def run(eng: Any, coll: str, args: tuple, stream: int) -> Optional[str]:
     """Run a call whose buffers are registered with the zero-copy kernels (or, for a large broadcast
     or all_gather, the copy engines); its algorithm's name, or None when a buffer it needs is not
-    registered or it is below HPCCL_CUDA_ZERO_COPY (the same on every rank for a symmetric call)."""
-    if coll not in REG_COLLS:
-        return None
+    registered or it is below HPCCL_CUDA_ZERO_COPY (the same on every rank for a symmetric call). The
+    planner routes here only collectives of planner.ZERO_COPY_COLLS."""
     send, recv = args[0], args[1]
     nbytes = recv.nbytes if coll == "reduce_scatter" else send.nbytes
     if nbytes < eng.zero_copy_min or eng.zero_copy_min < 0:

@@ -26,6 +26,7 @@ CASES = [
     *[(n, "tests/mpi/mpi_large.py", {}, f"large-{n}") for n in (2, 4)],
     *[(n, "tests/mpi/mpi_split.py", {}, f"split-{n}") for n in (2, 3, 4)],
     *[(n, "tests/mpi/mpi_hotpath.py", {}, f"hotpath-{n}") for n in (2, 3, 4)],
+    *[(n, "tests/mpi/mpi_frontdoor.py", {}, f"frontdoor-{n}") for n in (2, 3)],
     *[(n, "tests/mpi/mpi_trace.py", {}, f"trace-{n}") for n in (2, 4)],
 ]
 

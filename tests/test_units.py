@@ -85,7 +85,7 @@ def test_override(monkeypatch):
     t = Tuner("shm", 3, 3)
     assert t.choose("all_reduce", 1 << 20, ["ring", "tree"]) == "tree"
     assert t.choose("broadcast", 8, ["tree", "ring", "direct"]) == "ring"
-    t.force("all_reduce", None)
+    t.override.pop("all_reduce")
     assert t.choose("all_reduce", 256 << 20, ["ring", "tree"]) == "ring"
 
 

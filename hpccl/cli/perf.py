@@ -79,13 +79,25 @@ class _Mem:
             cupy.cuda.Device(rank_device(local_rank, cupy.cuda.runtime.getDeviceCount())).use()
 
     def put(self, a: np.ndarray) -> Any:
-        return self.cp.asarray(a) if self.kind == "cuda" else a
+        if self.kind == "cuda":
+            return self.cp.asarray(a)
+        out = self.empty(a.size, a.dtype)
+        out[...] = a
+        return out
 
     def get(self, a: Any) -> np.ndarray:
         return self.cp.asnumpy(a) if self.kind == "cuda" else a
 
     def empty(self, n: int, dtype: np.dtype) -> Any:
-        return self.cp.empty(n, dtype=dtype) if self.kind == "cuda" else np.empty(n, dtype=dtype)
+        """A buffer of n elements; host buffers start on a page, as nccl-tests' and OSU's do, so every
+        library timed gets the same placement (two heap buffers malloc'd back to back sit 16 bytes past a
+        page apart, where rep-movsb copies crawl on some CPUs: docs/PERFORMANCE.md, "Buffer placement")."""
+        if self.kind == "cuda":
+            return self.cp.empty(n, dtype=dtype)
+        nbytes = n * np.dtype(dtype).itemsize
+        raw = np.empty(nbytes + 4096, dtype=np.uint8)
+        off = -raw.ctypes.data % 4096
+        return raw[off:off + nbytes].view(dtype)
 
     def sync(self) -> None:
         if self.kind == "cuda":
@@ -161,7 +173,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     total_wrong = 0
     for coll in a.collectives:
         for algo in algos:
-            comm._tuner.force(coll, algo or None)
+            comm._planner.force(coll, algo or None)
             head = f"{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'root':>5} {'time(us)':>10} " \
                    f"{'algbw':>7} {'busbw':>7} {'#wrong':>6}"
             for lib in libs:

@@ -1,4 +1,4 @@
-"""Which transports a communicator uses, chosen once at set-up: shared memory inside a node (unless
+"""Which transports a communicator uses (its transport table's message rows), chosen once at set-up: shared memory inside a node (unless
 HPCCL_TRANSPORT=mpi or the CPU's memory ordering rules it out), and the network engine, ucxx or MPI between
 nodes, the same on every rank. Functions of the communicator being built (the fields they read)."""
 from __future__ import annotations
@@ -46,7 +46,8 @@ def net_transport(comm: Any) -> Optional[Transport]:
     if comm.num_nodes == 1 and not comm._force_mpi:
         return None
     t = new_net_transport(comm)
-    comm._transports.append(t)
+    comm._table.add(getattr(t, "impl", t.name), "messages across the network",
+                    [r for r in range(comm.size) if r not in comm._table.of], t)
     return t
 
 

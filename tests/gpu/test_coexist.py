@@ -90,11 +90,11 @@ class forced_hier:
 
     def __enter__(self):
         if self.on:
-            self.comm._tuner.force("all_reduce", "hier")
+            self.comm._planner.force("all_reduce", "hier")
 
     def __exit__(self, *exc):
         if self.on:
-            self.comm._tuner.force("all_reduce", None)
+            self.comm._planner.force("all_reduce", None)
 
 
 def _round(comm, dev, seed, stream):

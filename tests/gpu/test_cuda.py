@@ -55,10 +55,10 @@ class forced:
         self.comm, self.coll, self.algo = comm, coll, algo
 
     def __enter__(self):
-        self.comm._tuner.force(self.coll, self.algo)
+        self.comm._planner.force(self.coll, self.algo)
 
     def __exit__(self, *exc):
-        self.comm._tuner.force(self.coll, None)
+        self.comm._planner.force(self.coll, None)
 
 
 def _sizes():

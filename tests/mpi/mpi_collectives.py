@@ -29,7 +29,7 @@ def _sizes(comm):
 def test_all_reduce_every_dtype_op_algorithm(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "all_reduce"):
-        comm._tuner.force("all_reduce", algo)
+        comm._planner.force("all_reduce", algo)
         for dtype in ALL_DTYPES:
             for op in valid_ops(dtype):
                 for i, count in enumerate(_sizes(comm)):
@@ -42,13 +42,13 @@ def test_all_reduce_every_dtype_op_algorithm(comm):
                         got = comm.all_reduce(x, np.empty_like(x), op=op)
                         assert np.array_equal(x, data(count, dtype, r, i, op)), "sendbuf changed"
                     assert close(got, want, op), (algo, dtype, op, count)
-    comm._tuner.force("all_reduce", None)
+    comm._planner.force("all_reduce", None)
 
 
 def test_reduce_every_root(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "reduce"):
-        comm._tuner.force("reduce", algo)
+        comm._planner.force("reduce", algo)
         for dtype in ALL_DTYPES:
             for op in valid_ops(dtype):
                 for root in range(n):
@@ -61,13 +61,13 @@ def test_reduce_every_root(comm):
                         assert close(out, want, op), (algo, dtype, op, root)
                     else:
                         assert np.all(out == 3), "a non-root's recvbuf was written"
-    comm._tuner.force("reduce", None)
+    comm._planner.force("reduce", None)
 
 
 def test_broadcast(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "broadcast"):
-        comm._tuner.force("broadcast", algo)
+        comm._planner.force("broadcast", algo)
         for dtype in ALL_DTYPES:
             for i, count in enumerate(_sizes(comm)):
                 root = (i + 1) % n
@@ -78,13 +78,13 @@ def test_broadcast(comm):
                 out = np.zeros_like(x)
                 comm.broadcast(data(count, dtype, r, i), root=root, recvbuf=out)
                 assert np.array_equal(out, data(count, dtype, root, i)), (algo, dtype, count, "oop")
-    comm._tuner.force("broadcast", None)
+    comm._planner.force("broadcast", None)
 
 
 def test_all_gather(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "all_gather"):
-        comm._tuner.force("all_gather", algo)
+        comm._planner.force("all_gather", algo)
         for dtype in ALL_DTYPES:
             for i, count in enumerate(_sizes(comm)):
                 want = np.concatenate([data(count, dtype, q, i) for q in range(n)])
@@ -95,13 +95,13 @@ def test_all_gather(comm):
                 inplace[r * count:(r + 1) * count] = data(count, dtype, r, i)
                 comm.all_gather(inplace[r * count:(r + 1) * count], inplace)
                 assert np.array_equal(inplace, want), (algo, dtype, count, "in place")
-    comm._tuner.force("all_gather", None)
+    comm._planner.force("all_gather", None)
 
 
 def test_reduce_scatter(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "reduce_scatter"):
-        comm._tuner.force("reduce_scatter", algo)
+        comm._planner.force("reduce_scatter", algo)
         for dtype in ALL_DTYPES:
             for op in valid_ops(dtype):
                 for i, count in enumerate(_sizes(comm)):
@@ -112,13 +112,13 @@ def test_reduce_scatter(comm):
                     # in place: the result lands in this rank's block of sendbuf
                     comm.reduce_scatter(x, x[r * count:(r + 1) * count], op=op)
                     assert close(x[r * count:(r + 1) * count], full[r * count:(r + 1) * count], op)
-    comm._tuner.force("reduce_scatter", None)
+    comm._planner.force("reduce_scatter", None)
 
 
 def test_all_to_all(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "all_to_all"):
-        comm._tuner.force("all_to_all", algo)
+        comm._planner.force("all_to_all", algo)
         for dtype in ALL_DTYPES:
             for i, count in enumerate(_sizes(comm)):
                 x = data(n * count, dtype, r, i)
@@ -128,7 +128,7 @@ def test_all_to_all(comm):
                 assert np.array_equal(got, want), (algo, dtype, count)
                 comm.all_to_all(x, x)  # in place
                 assert np.array_equal(x, want), (algo, dtype, count, "in place")
-    comm._tuner.force("all_to_all", None)
+    comm._planner.force("all_to_all", None)
 
 
 def _vcounts(a: int, b: int, n: int):
@@ -267,7 +267,7 @@ def test_buffer_protocol_objects(comm):
 def test_random_floats_within_rounding(comm):
     n, r = comm.size, comm.rank
     for algo in algorithms(comm, "all_reduce"):
-        comm._tuner.force("all_reduce", algo)
+        comm._planner.force("all_reduce", algo)
         for dtype in (np.float32, np.float64):
             x = np.random.default_rng(r).standard_normal(4099).astype(dtype)
             want = sum(np.random.default_rng(q).standard_normal(4099).astype(np.float64) for q in range(n))
@@ -276,7 +276,7 @@ def test_random_floats_within_rounding(comm):
             # every rank must hold identical bits
             first = comm.broadcast(got.copy(), root=0)
             assert np.array_equal(first, got), algo
-    comm._tuner.force("all_reduce", None)
+    comm._planner.force("all_reduce", None)
 
 
 def test_torch_cpu_tensors(comm):

@@ -34,7 +34,7 @@ def _hier_comm() -> hpccl.Communicator:
     comm = hpccl.init()
     assert comm.num_nodes == 2 and comm.local_size == 2
     for coll in HIER:
-        comm._tuner.force(coll, "hier")
+        comm._planner.force(coll, "hier")
     return comm
 
 

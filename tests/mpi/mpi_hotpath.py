@@ -28,7 +28,7 @@ def test_compiled_path_is_in_use(comm):
     assert hotpath.available(), "hpccl/_hotpath.c was not built: pip install needs a C compiler"
     hot = comm._hot
     assert hot is not None and "hot" in comm.algorithms("all_reduce")
-    assert all(c in comm._hot_colls for c in hotpath.COLLECTIVES)
+    assert all(c in comm._planner.hot_colls for c in hotpath.COLLECTIVES)
     # past the slots, all_reduce is on the hot path only where it goes direct between the processes
     direct = int(comm._prim.single_copy and 0 < 16 * config.get("HPCCL_HOT_DIRECT_SIZE") <= (1 << 20))
     before = hot.calls
@@ -242,6 +242,67 @@ def test_direct_all_reduce(comm):
             calls += 4
     if direct:
         assert comm._hot.calls == before + calls, "a direct all_reduce left the hot path"
+
+
+def _placed(nbytes: int, offset: int, dtype: np.dtype) -> np.ndarray:
+    """nbytes of zeros starting ``offset`` bytes into a page."""
+    raw = np.zeros(nbytes + 8192, np.uint8)
+    start = -raw.ctypes.data % 4096 + offset
+    return raw[start:start + nbytes].view(dtype)
+
+
+# (send offset, recv offset) in the page per rank r: the copies between processes then run from a source
+# to a destination 16, 8 or 40 bytes (mod 4096) further on (rep movsb's slow placement, hpccl/_copy.h), and,
+# in the last, every pair of ranks at a different gap, some slow, some not
+PLACEMENTS = {"recv 16 past send": lambda r: (0, 16), "8 bytes between ranks": lambda r: (16 * r, 16 * r + 8),
+              "every gap": lambda r: (4088 - 24 * r, 40 * r + 4)}
+
+
+@pytest.mark.parametrize("where", sorted(PLACEMENTS))
+def test_direct_calls_at_the_slow_placement(comm, where):
+    """Direct calls whose copies meet rep movsb's slow placement (reads bounced at the source's offset, the
+    reduce chunks placed likewise, a broadcast root's head write left to the peers, local copies by a vector
+    loop) give every byte right: broadcast from every root, all_gather, all_to_all, reduce_scatter and
+    all_reduce, sizes across the 64 KiB bounce pieces with odd tails, all on the hot path."""
+    n, r = comm.size, comm.rank
+    if not comm._prim.single_copy:
+        pytest.skip("single-copy reads between processes are off here (HPCCL_SINGLE_COPY or ptrace rules), "
+                    "so no call goes direct")
+    so, ro = PLACEMENTS[where](r)
+    direct = config.get("HPCCL_HOT_DIRECT_SIZE")
+    u8, i32 = np.dtype(np.uint8), np.dtype(np.int32)
+    before, calls = comm._hot.calls, 0
+    for i, per in enumerate([16 * direct + 4 * n, 3 * (64 << 10) + 40 * n]):
+        per -= per % (4 * n)
+        ins = [data(per, u8, q, i) for q in range(n)]
+        for root in range(n):
+            send, recv = _placed(per, so, u8), _placed(per, ro, u8)
+            send[:] = ins[root] if r == root else 0
+            comm.broadcast(send if r == root else recv, root, recvbuf=recv)
+            assert np.array_equal(recv, ins[root]), (where, per, root, "broadcast")
+        send, recv = _placed(per, so, u8), _placed(n * per, ro, u8)
+        send[:] = ins[r]
+        comm.all_gather(send, recv)
+        assert np.array_equal(recv, np.concatenate(ins)), (where, per, "all_gather")
+        recv = _placed(per, ro, u8)
+        comm.all_to_all(send, recv)
+        blk = per // n
+        assert np.array_equal(recv, np.concatenate([ins[q][r * blk:(r + 1) * blk] for q in range(n)])), \
+            (where, per, "all_to_all")
+        count = per // 4
+        full = [data(count, i32, q, i) for q in range(n)]
+        want = reduce_ref(full, SUM)
+        send, c = _placed(per, so, i32), count // n
+        send[:] = full[r]
+        recv = _placed(c * 4, ro, i32)
+        comm.reduce_scatter(send, recv)
+        assert np.array_equal(recv, want[r * c:(r + 1) * c]), (where, per, "reduce_scatter")
+        recv = _placed(per, ro, i32)
+        comm.all_reduce(send, recv)
+        assert np.array_equal(recv, want), (where, per, "all_reduce")
+        assert np.array_equal(send, full[r]), (where, per, "an input changed")
+        calls += n + 4
+    assert comm._hot.calls == before + calls, "a call at the slow placement left the hot path"
 
 
 def test_bad_buffers_raise_before_anything_moves(comm):

@@ -61,11 +61,11 @@ def test_bitwise_equal_to_the_python_schedule(comm, dtype):
     """The same recursive doubling in C and in Python (forced 'rd'): identical bits on every rank."""
     x = np.random.default_rng(comm.rank).standard_normal(3001).astype(dtype)
     for op in (SUM, PROD, MIN, MAX, AVG):
-        comm._tuner.force("all_reduce", "hot")
+        comm._planner.force("all_reduce", "hot")
         c = comm.all_reduce(x, np.empty_like(x), op=op)
-        comm._tuner.force("all_reduce", "rd")
+        comm._planner.force("all_reduce", "rd")
         p = comm.all_reduce(x, np.empty_like(x), op=op)
-        comm._tuner.force("all_reduce", None)
+        comm._planner.force("all_reduce", None)
         assert np.array_equal(c.view(np.uint8), p.view(np.uint8)), op
         first = comm.broadcast(c.copy(), root=0)
         assert np.array_equal(first.view(np.uint8), c.view(np.uint8)), op  # every rank holds the same bits
@@ -110,7 +110,7 @@ def test_size_mismatch_across_ranks_is_an_error_not_a_hang(comm, algo):
     from mpi4py import MPI
     import time
     c = hpccl.Communicator(MPI.COMM_WORLD.Dup())
-    c._tuner.force("all_reduce", algo)
+    c._planner.force("all_reduce", algo)
     try:
         x = np.ones(4 if c.rank == 0 else 8, np.float32)
         t0 = time.monotonic()

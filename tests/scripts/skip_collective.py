@@ -13,7 +13,7 @@ n, r = comm.size, comm.rank
 skipper = n - 1
 algo = sys.argv[1] if len(sys.argv) > 1 else ""
 if algo and not algo.startswith("hot-"):
-    comm._tuner.force("all_reduce", algo)
+    comm._planner.force("all_reduce", algo)
 comm.all_reduce(np.ones(1000))  # collective #1: everyone
 result = {"rank": r}
 if r == skipper:
