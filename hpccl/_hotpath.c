@@ -81,7 +81,8 @@ typedef struct {
   int64_t *addr[MAXR];       /* each rank's buffer address of a direct call (header word) */
   int64_t *done[MAXR];       /* each rank's done word of a direct call: 2f, or 2f + 1 (root's writes failed;
                                 all_reduce: its stripe could not be reduced) */
-  int64_t *addr2[MAXR];      /* direct all_reduce: each rank's output address (the word after addr) */
+  int64_t *addr2[MAXR];      /* the word after addr: a direct all_reduce's output address; a direct
+                                broadcast root's head */
   int64_t *done2[MAXR];      /* direct all_reduce: f once the rank has copied every peer's stripe */
   pid_t pid[MAXR];
   Py_ssize_t cma_min;        /* direct calls from DIRECT_FROM times this many bytes per rank; 0: never */
@@ -184,10 +185,11 @@ static int cma_read(Hot *h, pid_t pid, char *dst, int64_t remote, Py_ssize_t len
 }
 
 /* The root writes the first ``head`` bytes of every peer's output, the peers read the rest: (n-1) * head
-   for the root, nbytes - head for each peer. It depends on nbytes and n alone, which every rank knows (not
-   on whether the root's call is in place, which only the root knows). */
+   for the root, nbytes - head for each peer; a root out of place also copies nbytes to its own output, so
+   it takes half as much. Only the root knows whether it is in place: it publishes head (in its second
+   address word) with its counter, and the peers read it there (direct_part). */
 static Py_ssize_t direct_head(Hot *h) {
-  Py_ssize_t head = h->nbytes / h->n;
+  Py_ssize_t head = h->nbytes / (h->have_recv && h->recv.buf != h->send.buf ? 2 * h->n : h->n);
   return head < 4096 ? 0 : head & ~(Py_ssize_t)4095;
 }
 
@@ -287,6 +289,7 @@ static void direct_part(Hot *h) {
     }
     if (h->recv.buf != h->send.buf) hp_move(h->recv.buf, h->send.buf, h->nbytes); /* peers read src */
   } else { /* a broadcast peer publishes its done word once it has the root's mark (advance) */
+    h->head = (Py_ssize_t)ld_acq(h->addr2[h->root]);
     read_from(h, h->root, out + h->head, h->head, h->nbytes - h->head);
     return;
   }
@@ -324,6 +327,7 @@ static void publish(Hot *h) {
   if (h->direct) {
     st_rel(h->addr[h->rank], (int64_t)(uintptr_t)(h->kind == K_BC && h->rank != h->root ? h->recv.buf : h->src));
     if (h->kind == K_AR) st_rel(h->addr2[h->rank], (int64_t)(uintptr_t)h->recv.buf);
+    if (h->kind == K_BC && h->rank == h->root) st_rel(h->addr2[h->rank], (int64_t)h->head);
     st_rel(h->ctr[h->rank], h->f);
     return;
   }
@@ -440,7 +444,7 @@ static int direct_source(Hot *h) {
   if ((h->kind == K_RS || h->kind == K_AR) && h->rtmp == NULL && (h->rtmp = aligned_alloc(4096, (size_t)h->n * (RCHUNK + 4096))) == NULL)
     return -1;
   h->src = s;
-  h->head = h->kind == K_BC ? direct_head(h) : 0;
+  h->head = h->kind == K_BC && h->rank == h->root ? direct_head(h) : 0; /* peers: the root's, published */
   if (!overlap || (h->kind == K_BC && h->rank != h->root)) return 0;
   if (h->scratch_cap < h->nbytes) {
     char *p = realloc(h->scratch, (size_t)h->nbytes);
