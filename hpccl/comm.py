@@ -313,7 +313,19 @@ class Communicator:
         if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
                 or (out_required and type(recvbuf) is not np.ndarray)):
             return False
-        return hotcalls.front(self, hot, coll, (sendbuf, recvbuf, *args))
+        try:
+            rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
+        except OverflowError:  # a root past C's int: nothing ran, and the Spec names it
+            return False
+        except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
+            self._seq += 1
+            hotcalls.failed(self, hotcalls.error(exc), coll)
+        if rc < 0:
+            return False
+        self._seq += 1
+        if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
+            hotcalls.wait(self, hot, coll)
+        return True
 
     def _net_capturable(self) -> bool:
         """True when this communicator's GPU network steps can be captured (hpccl/cuda_context.py)."""

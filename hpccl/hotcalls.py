@@ -37,26 +37,15 @@ def error(exc: BaseException) -> HpcclError:
     return exc if isinstance(exc, HpcclError) else HpcclSystemError(str(exc))
 
 
-def front(comm: Any, hot: Any, coll: str, args: tuple) -> bool:
-    """Hand a call on plain numpy arrays to the hot path before any Python validation: True when it took
-    the call (and finished its wait), False when it declined (the validating way takes it)."""
+def wait(comm: Any, hot: Any, coll: str) -> None:
+    """Finish a call the front door left pending (Communicator._front_door makes the C call inline, the
+    common case's whole cost): the Waiter's timeout, abort and dead-peer checks; a failure named and
+    aborting as the validated path's."""
+    comm._waiter.collective, comm._waiter.seq = coll, comm._seq
     try:
-        rc = getattr(hot, coll)(*args, comm._seq + 1)
-    except OverflowError:  # a root past C's int: nothing ran, and the Spec names it
-        return False
-    except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
-        comm._seq += 1
+        comm._waiter.wait(hot.resume, hot.waiting)
+    except (HpcclError, OSError) as exc:
         failed(comm, error(exc), coll)
-    if rc < 0:
-        return False
-    comm._seq += 1
-    if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
-        comm._waiter.collective, comm._waiter.seq = coll, comm._seq
-        try:
-            comm._waiter.wait(hot.resume, hot.waiting)
-        except (HpcclError, OSError) as exc:
-            failed(comm, error(exc), coll)
-    return True
 
 
 def failed(comm: Any, exc: HpcclError, coll: str) -> NoReturn:
