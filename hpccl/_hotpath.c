@@ -62,12 +62,13 @@
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS };
 enum { S_IDLE, S_PRE, S_WAIT, S_GATHER, S_DONE };
 /* Per collective: it goes direct from this many times cma_min bytes per rank (0: never). Measured at 2
-   ranks against the slots: all_to_all's reads are one block per peer, and up to 128 KiB the slots were
-   faster (18 us against 57); reduce_scatter's at 16 KiB (8.5 us against 14); all_reduce's at 64 KiB
+   ranks against the slots: all_to_all's reads are one block per peer; with the copies placement-proof
+   (_copy.h) direct took 15.7-17.8 us at 128 KiB against the slots' 20.3-37.0 (hpccl-perf, 2 runs), at 64
+   KiB 10.6-15.5 against 9.5-22.8; reduce_scatter's at 16 KiB (8.5 us against 14); all_reduce's at 64 KiB
    (24 against 17; even at 128 KiB, 118 against 282 at 256 KiB); reduce always uses the slots.
    A direct all_reduce reduces its own stripe from every rank's input (published done 2f), then copies
    every peer's reduced stripe out of that peer's output once it is published (done2 = f). */
-static const int DIRECT_FROM[NKINDS] = {[K_AR] = 16, [K_AG] = 1, [K_BC] = 1, [K_RS] = 4, [K_A2A] = 16};
+static const int DIRECT_FROM[NKINDS] = {[K_AR] = 16, [K_AG] = 1, [K_BC] = 1, [K_RS] = 4, [K_A2A] = 8};
 
 typedef struct {
   PyObject_HEAD

@@ -80,7 +80,7 @@ _param("HPCCL_HOT_REDUCE_SIZE", 256 << 10, _size,
 _param("HPCCL_HOT_DIRECT_SIZE", 16 << 10, _size,
        "Bytes per rank from which broadcast, all_gather, reduce_scatter, all_to_all and all_reduce on the compiled hot path move directly between the processes "
        "(process_vm_readv/writev: each rank reads its blocks out of its peers' inputs; a broadcast's root writes part of the peers' outputs) instead of "
-       "through the shared-memory slots, at any size (reduce_scatter from 4 times this, all_to_all and all_reduce from 16); needs single-copy reads "
+       "through the shared-memory slots, at any size (reduce_scatter from 4 times this, all_to_all from 8, all_reduce from 16); needs single-copy reads "
        "(HPCCL_SINGLE_COPY); 0: never.")
 _param("HPCCL_NET_HOT_SIZE", 256 << 10, _size,
        "Bytes per rank up to which all_reduce, reduce, broadcast, all_gather (and barrier) on host buffers "

@@ -162,7 +162,7 @@ def test_direct_broadcast_any_mix_of_buffers(comm):
 
 
 def test_direct_all_gather_all_to_all_reduce_scatter(comm):
-    """all_gather, all_to_all and reduce_scatter from HPCCL_HOT_DIRECT_SIZE bytes per rank (all_to_all from 16
+    """all_gather, all_to_all and reduce_scatter from HPCCL_HOT_DIRECT_SIZE bytes per rank (all_to_all from 8
     times that, reduce_scatter from 4 times) read every peer's input directly: sizes around both thresholds and past the slots, out of place, in
     place (all_gather: sendbuf is this rank's block of recvbuf; all_to_all: recvbuf is sendbuf), and an input
     that overlaps another block of the output (copied to scratch first); every result and the inputs
@@ -175,7 +175,7 @@ def test_direct_all_gather_all_to_all_reduce_scatter(comm):
     for i, per in enumerate([max(n, direct - n), direct, direct * 16, cap + 8 * n, 3 * cap]):
         per -= per % n
         hot_ag = per <= cap or (direct and per >= direct)
-        hot_a2a = per <= cap or (direct and per >= 16 * direct)
+        hot_a2a = per <= cap or (direct and per >= 8 * direct)
         ins = [data(per, u8, q, i) for q in range(n)]
         want_ag = np.concatenate(ins)
         out = np.full(n * per, 7, u8)
