@@ -36,7 +36,11 @@
    Placement: a copy whose destination lies 1-63 bytes (mod 4096) after its source is 10-20x slower on CPUs
    with fast rep movsb (_copy.h). Local copies take hp_copy; a read at that placement bounces through a
    buffer at the source's offset (cma_read); the reduce chunks land at their sources' offsets; a root whose
-   head write would meet it leaves the head to the peers' reads. */
+   head write would meet it leaves the head to the peers' reads.
+   Mapped memory: host buffers from comm.alloc_host are shared segments that every rank of the node maps
+   (map()). A direct call whose peer buffer lies in one reads or writes it with hp_copy through that
+   mapping, and reduces straight out of it, instead of process_vm_readv/writev, which costs about 2.6x a
+   memcpy per byte on the CI machine; which path a move takes never changes whether a call goes direct. */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -45,6 +49,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -70,6 +75,15 @@ enum { S_IDLE, S_PRE, S_WAIT, S_GATHER, S_DONE };
    every peer's reduced stripe out of that peer's output once it is published (done2 = f). */
 static const int DIRECT_FROM[NKINDS] = {[K_AR] = 16, [K_AG] = 1, [K_BC] = 1, [K_RS] = 4, [K_A2A] = 8};
 
+/* a shared segment of rank ``rank`` at ``remote`` in its address space, mapped here at ``local`` (this rank's
+   own segments: local == remote, not mapped again) */
+typedef struct {
+  int rank;
+  int64_t remote;
+  Py_ssize_t len;
+  char *local;
+} Mapped;
+
 typedef struct {
   PyObject_HEAD
   int rank, n;
@@ -92,6 +106,9 @@ typedef struct {
   char *rtmp;                /* direct reduce_scatter: one chunk read from each rank (n pages-aligned parts of
                                 RCHUNK + 4096 bytes, each read placed at its source's offset in the page) */
   char *bounce;              /* a read that would meet the slow placement lands here first (_copy.h) */
+  Mapped *maps;              /* the node's alloc_host segments this rank maps (map()) */
+  int nmaps, maps_cap;
+  long long mapped_bytes;    /* bytes direct calls moved through those mappings (not process_vm_*) */
   int64_t f;                 /* this rank's hot-path calls */
   /* the call in progress */
   int state, kind, op, dt, root, esize;
@@ -185,18 +202,49 @@ static int cma_read(Hot *h, pid_t pid, char *dst, int64_t remote, Py_ssize_t len
   return 0;
 }
 
+/* Where rank r's [remote, remote + len) is mapped in this process, or NULL. */
+static char *mapped(Hot *h, int r, int64_t remote, Py_ssize_t len) {
+  for (int i = 0; i < h->nmaps; i++) {
+    Mapped *m = &h->maps[i];
+    if (m->rank == r && remote >= m->remote && remote + len <= m->remote + m->len) return m->local + (remote - m->remote);
+  }
+  return NULL;
+}
+
+/* Move len bytes between this process's ``local`` and rank r's ``remote``: through the mapping of an
+   alloc_host segment when it lies in one, else by cross-memory attach; 0 or an errno. */
+static int peer_move(Hot *h, int r, char *local, int64_t remote, Py_ssize_t len, int write) {
+  char *p = mapped(h, r, remote, len);
+  if (p != NULL) {
+    if (write)
+      hp_copy(p, local, (size_t)len);
+    else
+      hp_copy(local, p, (size_t)len);
+    h->mapped_bytes += len;
+    return 0;
+  }
+  return write ? cma_move(h->pid[r], local, remote, len, 1) : cma_read(h, h->pid[r], local, remote, len);
+}
+
 /* The root writes the first ``head`` bytes of every peer's output, the peers read the rest: (n-1) * head
    for the root, nbytes - head for each peer; a root out of place also copies nbytes to its own output, so
    it takes half as much. Only the root knows whether it is in place: it publishes head (in its second
-   address word) with its counter, and the peers read it there (direct_part). */
+   address word) with its counter, and the peers read it there (direct_part). A root whose input is mapped
+   by its peers (alloc_host) shares by bytes, as every move then costs a memcpy: out of place it writes
+   nothing to them (its local copy already equals a peer's read), in place nbytes/n to each. */
 static Py_ssize_t direct_head(Hot *h) {
-  Py_ssize_t head = h->nbytes / (h->have_recv && h->recv.buf != h->send.buf ? 2 * h->n : h->n);
+  int out_of_place = h->have_recv && h->recv.buf != h->send.buf;
+  Py_ssize_t head;
+  if (mapped(h, h->rank, (int64_t)(uintptr_t)h->send.buf, h->nbytes))
+    head = out_of_place ? 0 : h->nbytes / h->n;
+  else
+    head = h->nbytes / (out_of_place ? 2 * h->n : h->n);
   return head < 4096 ? 0 : head & ~(Py_ssize_t)4095;
 }
 
 static void read_from(Hot *h, int r, char *dst, Py_ssize_t off, Py_ssize_t len) {
   if (h->err || len == 0) return;
-  h->err = cma_read(h, h->pid[r], dst, ld_acq(h->addr[r]) + off, len);
+  h->err = peer_move(h, r, dst, ld_acq(h->addr[r]) + off, len, 0);
   if (h->err) h->err_rank = r;
 }
 
@@ -209,7 +257,13 @@ static void reduce_from_peers(Hot *h, char *out, Py_ssize_t off, Py_ssize_t len)
     for (int r = 0; r < h->n; r++) {
       src[r] = h->rtmp + (Py_ssize_t)r * (RCHUNK + 4096);
       if (r != h->rank) {
-        src[r] += (ld_acq(h->addr[r]) + off + b) & 4095; /* at its source's offset: never the slow placement */
+        int64_t at = ld_acq(h->addr[r]) + off + b;
+        char *p = mapped(h, r, at, l);
+        if (p != NULL) { /* reduced where it lies */
+          src[r] = p, h->mapped_bytes += l;
+          continue;
+        }
+        src[r] += at & 4095; /* at its source's offset: never the slow placement */
         read_from(h, r, src[r], off + b, l);
       } else if (h->src + off + b == out + b) { /* in place: the output chunk is written before it is read */
         hp_copy(src[r], h->src + off + b, l);
@@ -251,7 +305,7 @@ static void gather_stripes(Hot *h) {
     }
     Py_ssize_t off, len;
     stripe(h, r, &off, &len);
-    if (len && (h->err = cma_read(h, h->pid[r], (char *)h->recv.buf + off, ld_acq(h->addr2[r]) + off, len)))
+    if (len && (h->err = peer_move(h, r, (char *)h->recv.buf + off, ld_acq(h->addr2[r]) + off, len, 0)))
       h->err_rank = r;
   }
   if (h->fetched == h->n - 1) st_rel(h->done2[h->rank], f);
@@ -276,14 +330,15 @@ static void direct_part(Hot *h) {
       int r = (h->rank + k) % h->n;
       read_from(h, r, out + (Py_ssize_t)r * blk, off, blk);
     }
-    char *mine = out + (Py_ssize_t)h->rank * blk;
-    if (mine != h->src + off) hp_move(mine, h->src + off, blk);
   } else if (h->rank == h->root) {
-    for (int r = 0; r < h->n && h->head; r++) /* a write at the slow placement: the peers read it instead */
-      if (r != h->rank && hp_bad_gap((void *)(uintptr_t)ld_acq(h->addr[r]), h->send.buf)) mark = 2 * f + 1;
+    for (int r = 0; r < h->n && h->head; r++) { /* a write at the slow placement: the peers read it instead */
+      int64_t at = ld_acq(h->addr[r]);
+      if (r != h->rank && !mapped(h, r, at, h->head) && hp_bad_gap((void *)(uintptr_t)at, h->send.buf))
+        mark = 2 * f + 1;
+    }
     for (int r = 0; r < h->n && h->head && mark == 2 * f; r++) {
       if (r == h->rank) continue;
-      if (cma_move(h->pid[r], (char *)h->send.buf, ld_acq(h->addr[r]), h->head, 1) != 0) {
+      if (peer_move(h, r, (char *)h->send.buf, ld_acq(h->addr[r]), h->head, 1) != 0) {
         mark = 2 * f + 1; /* the peers read the head themselves */
         break;
       }
@@ -330,6 +385,12 @@ static void publish(Hot *h) {
     if (h->kind == K_AR) st_rel(h->addr2[h->rank], (int64_t)(uintptr_t)h->recv.buf);
     if (h->kind == K_BC && h->rank == h->root) st_rel(h->addr2[h->rank], (int64_t)h->head);
     st_rel(h->ctr[h->rank], h->f);
+    if (h->kind == K_AG || h->kind == K_A2A) { /* this rank's own block, while the peers arrive (they read the
+                                                  published input, never this output) */
+      Py_ssize_t blk = h->kind == K_AG ? h->nbytes : h->nbytes / h->n, off = h->kind == K_AG ? 0 : (Py_ssize_t)h->rank * blk;
+      char *mine = (char *)h->recv.buf + (Py_ssize_t)h->rank * blk;
+      if (mine != h->src + off) hp_move(mine, h->src + off, blk);
+    }
     return;
   }
   if (h->kind != K_BAR && (h->kind != K_BC || h->rank == h->root))
@@ -592,6 +653,57 @@ static PyObject *Hot_cancel(Hot *h, PyObject *unused) {
   Py_RETURN_NONE;
 }
 
+/* map(rank, remote, nbytes, fd): rank's alloc_host segment at ``remote`` (its address there), ``nbytes``
+   long, is the file fd (mapped here; this rank's own: fd -1, recorded only). Between calls only. */
+static PyObject *Hot_map(Hot *h, PyObject *args) {
+  int r, fd;
+  long long remote;
+  Py_ssize_t len;
+  if (!PyArg_ParseTuple(args, "iLni", &r, &remote, &len, &fd)) return NULL;
+  if (h->state != S_IDLE || r < 0 || r >= h->n || len <= 0 || (r != h->rank && fd < 0)) {
+    PyErr_SetString(PyExc_ValueError, "hpccl hot path: map() needs a rank, a length and (a peer's) fd, between calls");
+    return NULL;
+  }
+  if (h->nmaps == h->maps_cap) {
+    int cap = h->maps_cap ? 2 * h->maps_cap : 16;
+    Mapped *m = realloc(h->maps, (size_t)cap * sizeof(Mapped));
+    if (m == NULL) return PyErr_NoMemory();
+    h->maps = m, h->maps_cap = cap;
+  }
+  char *local = (char *)(uintptr_t)remote;
+  if (r != h->rank) {
+    void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return PyErr_SetFromErrno(PyExc_OSError);
+    local = p;
+  }
+  h->maps[h->nmaps++] = (Mapped){r, (int64_t)remote, len, local};
+  Py_RETURN_NONE;
+}
+
+static void unmap_at(Hot *h, int i) {
+  if (h->maps[i].rank != h->rank) munmap(h->maps[i].local, (size_t)h->maps[i].len);
+  h->maps[i] = h->maps[--h->nmaps];
+}
+
+/* unmap(rank, remote) -> whether rank's segment at ``remote`` was mapped (and is no longer) */
+static PyObject *Hot_unmap(Hot *h, PyObject *args) {
+  int r;
+  long long remote;
+  if (!PyArg_ParseTuple(args, "iL", &r, &remote)) return NULL;
+  if (h->state != S_IDLE) {
+    PyErr_SetString(PyExc_ValueError, "hpccl hot path: unmap() between calls only");
+    return NULL;
+  }
+  for (int i = 0; i < h->nmaps; i++)
+    if (h->maps[i].rank == r && h->maps[i].remote == remote) {
+      unmap_at(h, i);
+      Py_RETURN_TRUE;
+    }
+  Py_RETURN_FALSE;
+}
+
+static PyObject *Hot_mapped_bytes(Hot *h, void *unused) { return PyLong_FromLongLong(h->mapped_bytes); }
+
 static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
   PyObject *bases, *pids;
   Py_ssize_t arrived_off, ctr_off, slot_off, addr_off, done_off, cap, reduce_cap, cma_min;
@@ -635,6 +747,7 @@ static int Hot_init(Hot *h, PyObject *args, PyObject *kw) {
   Py_DECREF(pseq);
   h->cma_min = cma_min;
   h->scratch = NULL, h->scratch_cap = 0, h->rtmp = NULL, h->bounce = NULL;
+  h->maps = NULL, h->nmaps = h->maps_cap = 0, h->mapped_bytes = 0;
   h->n = (int)n, h->rank = rank, h->cap = cap, h->reduce_cap = reduce_cap, h->spin = spin, h->f = 0;
   h->state = S_IDLE;
   h->have_send = h->have_recv = 0;
@@ -649,6 +762,8 @@ static void Hot_dealloc(Hot *h) {
   free(h->scratch);
   free(h->rtmp);
   free(h->bounce);
+  while (h->nmaps) unmap_at(h, h->nmaps - 1);
+  free(h->maps);
   Py_TYPE(h)->tp_free((PyObject *)h);
 }
 
@@ -679,9 +794,13 @@ static PyMethodDef Hot_methods[] = {
     {"waiting", (PyCFunction)Hot_waiting, METH_NOARGS, "Ranks the pending call still waits for"},
     {"cancel", (PyCFunction)Hot_cancel, METH_NOARGS, "Drop the pending call (after a failure)"},
     {"counts", (PyCFunction)Hot_counts, METH_NOARGS, "[(calls, bytes, seconds)] per collective (KINDS order)"},
+    {"map", (PyCFunction)Hot_map, METH_VARARGS, "(rank, remote, nbytes, fd): map rank's alloc_host segment"},
+    {"unmap", (PyCFunction)Hot_unmap, METH_VARARGS, "(rank, remote) -> whether that segment was mapped"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef Hot_getset[] = {{"calls", (getter)Hot_calls, NULL, "calls made on this path", NULL},
+                                   {"mapped_bytes", (getter)Hot_mapped_bytes, NULL,
+                                    "bytes direct calls moved through alloc_host mappings", NULL},
                                    {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject HotType = {

@@ -30,6 +30,7 @@ from .dispatch import device_collective, host_barrier, host_collective, net_barr
 from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError
 from .failures import arrived, dead_peer, in_call, named, peer_aborted, survey
 from .frontend import validate
+from .host_alloc import HostArena
 from .hotpath import OPCODE
 from .interop import CUDA, HOST, memory_kind
 from .memory import host
@@ -124,6 +125,7 @@ class Communicator:
         self._front = self._planner.front  # collective -> hot path: calls it takes before Python validation
         self._hot: Any = None  # the compiled hot path (hpccl/hotpath.py): the node's segments, or the network
         hotcalls.attach(self, shm, net, spin)
+        self._arena = HostArena(self)  # alloc_host's segments, mapped by the hot path
         if config.get("HPCCL_CHECK_ENV"):
             select.check_env(self, shm)
         self.setup_seconds = time.perf_counter() - t0
@@ -435,6 +437,20 @@ class Communicator:
         Displacements default to the packed prefix sums of the counts. It runs as a group of sends and
         receives (host and GPU alike); recvcounts[j] must equal rank j's sendcounts[i], as in MPI."""
         return p2p.all_to_all_v(self, sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls, stream)
+
+    # ----- host buffers every local peer maps (hpccl/host_alloc.py) ---------------------------------------
+    def alloc_host(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
+        """A numpy array in host memory that every rank of the node maps (collective, like ncclMemAlloc plus
+        ncclCommRegister): large host collectives on such buffers move data with memcpy, not cross-process
+        reads. Each rank may ask for its own shape. Give it back with free_host (or it lives until destroy)."""
+        self._alive("alloc_host")
+        return self._arena.alloc(shape, dtype)
+
+    def free_host(self, buf: Any) -> None:
+        """Give back an alloc_host array on every rank together (collective); the memory goes once no array
+        refers to it."""
+        self._alive("free_host")
+        self._arena.free(buf)
 
     # ----- registered GPU buffers --------------------------------------------------------------------------
     def register(self, buf: Any) -> None:

@@ -72,6 +72,7 @@ def destroy(comm: Any) -> None:
     if comm._destroyed:
         return
     comm._planner.close()
+    comm._arena.close()
     if comm._hot is not None:
         comm._hot.cancel()
         comm._hot = None

@@ -13,6 +13,7 @@ def test_perf_sweep_checks_every_collective(tmp_path):
     assert proc.returncode == 0, proc.stdout[-4000:]
     out = proc.stdout
     assert "# Out of bounds values : 0 OK" in out
+    assert "mem host (alloc_host)" in out  # the default host buffers
     for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
         assert f"# {coll}" in out
     data = json.loads(js.read_text())
@@ -32,6 +33,14 @@ def test_perf_algo_sweep_and_bfloat16():
     for algo in ("ring", "tree", "rd", "oneshot", "twoshot"):
         assert f"all_reduce algo {algo}" in proc.stdout
     assert "Out of bounds values : 0 OK" in proc.stdout
+
+
+def test_perf_private_host_buffers_past_the_direct_threshold():
+    """--host-alloc numpy: each rank's own heap, moved by cross-process reads; sizes where calls go direct."""
+    proc = run_mpi(2, ["-m", "hpccl.cli.perf", "all_gather", "broadcast", "all_to_all", "reduce_scatter", "-b", "64K",
+                       "-e", "1M", "-f", "4", "--check", "--host-alloc", "numpy", "-n", "3"], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "mem host, check on" in proc.stdout and "Out of bounds values : 0 OK" in proc.stdout
 
 
 def test_perf_rejects_bad_root():

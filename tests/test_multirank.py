@@ -14,7 +14,8 @@ CASES = [
     *[(n, "tests/mpi/mpi_collectives.py", SMALL, f"collectives-small-buffers-{n}") for n in (1, 2, 3, 4)],
     (2, "tests/mpi/mpi_collectives.py", {}, "collectives-default-buffers-2"),
     # hier observed (issue 20) rides along in the one 2-node x 2 run: no mpiexec launch of its own
-    (4, "tests/mpi/mpi_collectives.py tests/mpi/mpi_hier_observe.py", {"HPCCL_NODE_ID": "split:2"},
+    (4, "tests/mpi/mpi_collectives.py tests/mpi/mpi_hier_observe.py tests/mpi/mpi_alloc_host.py",
+     {"HPCCL_NODE_ID": "split:2"},
      "collectives-2nodes-x2"),
     (3, "tests/mpi/mpi_collectives.py tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"},
      "collectives-3nodes-x1"),
@@ -25,7 +26,7 @@ CASES = [
     *[(n, "tests/mpi/mpi_errors.py", {}, f"errors-{n}") for n in (1, 2, 3, 4)],
     *[(n, "tests/mpi/mpi_large.py", {}, f"large-{n}") for n in (2, 4)],
     *[(n, "tests/mpi/mpi_split.py", {}, f"split-{n}") for n in (2, 3, 4)],
-    *[(n, "tests/mpi/mpi_hotpath.py", {}, f"hotpath-{n}") for n in (2, 3, 4)],
+    *[(n, "tests/mpi/mpi_hotpath.py tests/mpi/mpi_alloc_host.py", {}, f"hotpath-{n}") for n in (2, 3, 4)],
     *[(n, "tests/mpi/mpi_frontdoor.py", {}, f"frontdoor-{n}") for n in (2, 3)],
     *[(n, "tests/mpi/mpi_trace.py", {}, f"trace-{n}") for n in (2, 4)],
 ]

@@ -56,8 +56,9 @@ def test_engine_under_sanitizer(kind, tmp_path):
 
 def test_hotpath_under_address_sanitizer(tmp_path):
     """The compiled hot path (hpccl/_hotpath.c: shared-memory slots, and the direct calls that read and
-    write peers' memory through process_vm_readv/writev, scratch copies of overlapping inputs, chunked
-    reductions) built with AddressSanitizer and run as the 2-rank hot-path suite: no memory error."""
+    write peers' memory through process_vm_readv/writev or through alloc_host's mappings, scratch copies of
+    overlapping inputs, chunked reductions) built with AddressSanitizer and run as the 2-rank hot-path and
+    alloc_host suites: no memory error."""
     from mpirun import run_pytest_mpi
     cc = shutil.which("gcc")
     if cc is None:
@@ -80,8 +81,8 @@ def test_hotpath_under_address_sanitizer(tmp_path):
                             "print('libasan' in open('/proc/self/maps').read())"],
                            env=dict(os.environ, **env), capture_output=True, text=True, cwd=tmp_path)
     assert probe.stdout.split() == [str(out), "True"], probe.stdout + probe.stderr[-2000:]  # the instrumented build
-    summary = run_pytest_mpi(2, ["tests/mpi/mpi_hotpath.py"], "mpi_hotpath.py under AddressSanitizer, 2 ranks",
-                             env=env)
+    summary = run_pytest_mpi(2, ["tests/mpi/mpi_hotpath.py", "tests/mpi/mpi_alloc_host.py"],
+                             "mpi_hotpath.py and mpi_alloc_host.py under AddressSanitizer, 2 ranks", env=env)
     assert summary["passed"] > 0
     reports = [p.read_text() for p in tmp_path.glob("asan*")]
     assert not any(f"ERROR: {name}" in r for r in reports), "\n".join(reports)[-6000:]

@@ -37,6 +37,9 @@ def _args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--algo", default="", help="comma list of hpccl algorithms to time separately "
                                               "(as HPCCL_ALGO); empty: the cost model's choice")
     p.add_argument("--mem", default="host", choices=["host", "cuda"], help="buffer memory")
+    p.add_argument("--host-alloc", default="hpccl", choices=["hpccl", "numpy"],
+                   help="host buffers from comm.alloc_host, mapped by every local peer (default; every "
+                        "library timed gets them), or page-aligned numpy arrays of each rank's own heap")
     p.add_argument("--json", default="", help="write every result to this file")
     p.add_argument("--plot", default="", help="draw busbw against size per library to this PNG")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -70,8 +73,9 @@ def _iters(nbytes: int, given: int) -> int:
 class _Mem:
     """Allocation and host transfer for the chosen buffer memory (numpy or CuPy)."""
 
-    def __init__(self, kind: str, local_rank: int) -> None:
-        self.kind = kind
+    def __init__(self, kind: str, local_rank: int, comm: Any = None) -> None:
+        self.kind, self.comm = kind, comm  # comm: host buffers come from comm.alloc_host
+        self._held: List[Any] = []
         if kind == "cuda":
             import cupy
             self.cp = cupy
@@ -94,10 +98,18 @@ class _Mem:
         page apart, where rep-movsb copies crawl on some CPUs: docs/PERFORMANCE.md, "Buffer placement")."""
         if self.kind == "cuda":
             return self.cp.empty(n, dtype=dtype)
+        if self.comm is not None:
+            self._held.append(self.comm.alloc_host(n, dtype))
+            return self._held[-1]
         nbytes = n * np.dtype(dtype).itemsize
         raw = np.empty(nbytes + 4096, dtype=np.uint8)
         off = -raw.ctypes.data % 4096
         return raw[off:off + nbytes].view(dtype)
+
+    def release(self) -> None:
+        """Give back the alloc_host buffers of one size (collective: every rank made the same ones)."""
+        while self._held:
+            self.comm.free_host(self._held.pop())
 
     def sync(self) -> None:
         if self.kind == "cuda":
@@ -151,7 +163,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"hpccl-perf: --root {a.root} is not a rank (0..{n - 1})", file=sys.stderr)
         return 2
     dtype, op = DTYPES[a.dtype], OPS[a.op]
-    mem = _Mem(a.mem, comm.local_rank)  # picks this rank's GPU before any baseline initialises
+    shared = a.mem == "host" and a.host_alloc == "hpccl"
+    mem = _Mem(a.mem, comm.local_rank, comm if shared else None)  # picks this rank's GPU before any baseline initialises
     libs: Dict[str, Any] = {}
     for name in filter(None, a.compare.split(",")):
         try:
@@ -166,7 +179,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     algos = [x for x in a.algo.split(",") if x] or [""]
     say = print if rank == 0 else (lambda *x, **k: None)
     say(f"# hpccl-perf {hpccl.__version__}: {n} ranks, {comm.num_nodes} node(s), dtype {a.dtype}, "
-        f"op {a.op}, mem {a.mem}, check {'on' if a.check else 'off'}, MPI "
+        f"op {a.op}, mem {a.mem}{' (alloc_host)' if shared else ''}, check {'on' if a.check else 'off'}, MPI "
         f"{MPI.Get_library_version().splitlines()[0].strip()}")
     say(f"# communicator set-up {comm.setup_seconds * 1e3:.1f} ms")
     results: List[Dict[str, Any]] = []
@@ -186,8 +199,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     continue
                 send = mem.put(fill(wl.send_count, dtype, rank, op))
                 recv = mem.empty(wl.recv_count, dtype)
-                if coll == "broadcast":
-                    recv = mem.put(fill(wl.recv_count, dtype, rank, op)) if rank != a.root else recv
+                if coll == "broadcast":  # every rank allocates alike: alloc_host is collective
+                    other = mem.put(fill(wl.recv_count, dtype, rank, op))
+                    recv = other if rank != a.root else recv
                 it = _iters(wl.size, a.iters)
                 run = _hpccl_runner(comm, coll, send, recv, op, a.root)
                 t = _time(run, it, a.warmup, world, mem)
@@ -226,6 +240,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     line += f" | {bt * 1e6:>10.1f} {bbus:>11.3f} {ratio:>6.2f}"
                 say(line)
                 results.append(rec)
+                mem.release()
             if busbws:
                 say(f"# Avg bus bandwidth    : {sum(busbws) / len(busbws):.4f} GB/s ({coll})")
     if a.check:
