@@ -1,7 +1,7 @@
 """Several hpccl-perf --json runs of the same sweep, side by side: per collective and size, the ratio
 baseline time / hpccl time (above 1: hpccl is faster) of every run, their median and spread, and the sizes
 where any run is below 1. With --floor FILE (bench/copy_floor.py --json), hpccl's broadcast and all_gather
-times against the single-copy floor too.
+times against the single-copy floor too (and, from copy_floor.py --procs N, against N processes copying at once).
 Run: python bench/runs_table.py [--baseline mpi] [--floor floor.json] run1.json run2.json run3.json"""
 from __future__ import annotations
 
@@ -32,13 +32,17 @@ def main() -> int:
     ap.add_argument("--floor", default="", help="copy_floor.py --json output: {size: us}")
     a = ap.parse_args()
     rows, ranks = load(a.runs, a.baseline)
-    floor = {int(k): v for k, v in json.load(open(a.floor)).items()} if a.floor else {}
+    raw = json.load(open(a.floor)) if a.floor else {}
+    both = "1" in raw  # copy_floor.py --procs N: one process's floor and N processes' at once
+    floor = {int(k): v for k, v in (raw["1"] if both else raw).items()}
+    k_many = next((k for k in raw if k != "1"), "") if both else ""
+    many = {int(k): v for k, v in raw[k_many].items()} if both else {}
     print(f"{len(a.runs)} runs, {ranks} ranks; ratio = {a.baseline} time / hpccl time (above 1: hpccl faster)")
     head = "| collective | size | " + " | ".join(f"run {i + 1}" for i in range(len(a.runs))) + " | median | spread |"
     if floor:
-        head += " hpccl us (median) | floor us | hpccl / floor |"
+        head += " hpccl us (median) | floor us | hpccl / floor |" + (f" floor, {k_many} at once | hpccl / it |" if many else "")
     print(head)
-    print("|---|---:|" + "---:|" * (len(a.runs) + 2) + ("---:|---:|---:|" if floor else ""))
+    print("|---|---:|" + "---:|" * (len(a.runs) + 2) + ("---:|---:|---:|" if floor else "") + ("---:|---:|" if many else ""))
     slower = []
     for (coll, size), vals in rows.items():
         ratios = [b / h for h, b in vals]
@@ -48,8 +52,10 @@ def main() -> int:
         if floor and coll in ("broadcast", "all_gather") and size in floor:
             h = statistics.median(h for h, _ in vals)
             line += f" {h:.1f} | {floor[size]:.1f} | {h / floor[size]:.2f} |"
+            if many:
+                line += f" {many[size]:.1f} | {h / many[size]:.2f} |"
         elif floor:
-            line += " | | |"
+            line += " | | |" + (" | |" if many else "")
         print(line)
         if min(ratios) < 1.0:
             slower.append(f"{coll} {size} B ({', '.join(f'{x:.2f}' for x in ratios)})")

@@ -38,8 +38,9 @@ def _args(argv: Optional[List[str]]) -> argparse.Namespace:
                                               "(as HPCCL_ALGO); empty: the cost model's choice")
     p.add_argument("--mem", default="host", choices=["host", "cuda"], help="buffer memory")
     p.add_argument("--host-alloc", default="hpccl", choices=["hpccl", "numpy"],
-                   help="host buffers from comm.alloc_host, mapped by every local peer (default; every "
-                        "library timed gets them), or page-aligned numpy arrays of each rank's own heap")
+                   help="hpccl's host buffers: from comm.alloc_host, mapped by every local peer (default), or "
+                        "page-aligned numpy arrays of each rank's own heap; the libraries compared always get "
+                        "the latter")
     p.add_argument("--json", default="", help="write every result to this file")
     p.add_argument("--plot", default="", help="draw busbw against size per library to this PNG")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -164,7 +165,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     dtype, op = DTYPES[a.dtype], OPS[a.op]
     shared = a.mem == "host" and a.host_alloc == "hpccl"
-    mem = _Mem(a.mem, comm.local_rank, comm if shared else None)  # picks this rank's GPU before any baseline initialises
+    mem = _Mem(a.mem, comm.local_rank, comm if shared else None)
+    bmem = _Mem(a.mem, comm.local_rank) if shared else mem  # the baselines' own: private, page-aligned  # picks this rank's GPU before any baseline initialises
     libs: Dict[str, Any] = {}
     for name in filter(None, a.compare.split(",")):
         try:
@@ -225,15 +227,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 line = f"{wl.size:>12} {wl.count:>12} {a.dtype:>9} {a.op:>6} {a.root if coll in ('broadcast', 'reduce') else -1:>5} " \
                        f"{t * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {bad if a.check else 'N/A':>6}"
                 for name, lib in libs.items():
-                    bsend = mem.put(fill(wl.send_count, dtype, rank, op))
-                    brecv = mem.empty(wl.recv_count, dtype)
+                    bsend = bmem.put(fill(wl.send_count, dtype, rank, op))
+                    brecv = bmem.empty(wl.recv_count, dtype)
                     if coll == "broadcast":
                         brecv = bsend if rank == a.root else brecv
                     brun = lib.runner(coll, bsend, brecv, op, a.root)
                     if brun is None or wl.count == 0:
                         line += f" | {'n/a':>10} {'n/a':>11} {'':>6}"
                         continue
-                    bt = _time(brun, it, a.warmup, world, mem)
+                    bt = _time(brun, it, a.warmup, world, bmem)
                     bbus = wl.size / bt / 1e9 * wl.busbw_factor if bt > 0 else 0.0
                     ratio = t and bt / t
                     rec["baselines"][name] = dict(time_us=bt * 1e6, busbw=bbus, ratio=ratio)
