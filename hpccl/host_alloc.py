@@ -46,7 +46,7 @@ class HostArena:
 
     def __init__(self, comm: Any) -> None:
         self._comm = comm
-        self._mine: Dict[int, Tuple[_Segment, int]] = {}  # start address -> (segment, mapped bytes)
+        self._mine: Dict[int, _Segment] = {}  # start address -> its segment
 
     def _hot(self) -> Any:
         """The node's compiled hot path if it can map segments (one node, single-copy agreed), else None."""
@@ -106,7 +106,7 @@ class HostArena:
                 hot.unmap(r, a)
             seg.close()
             raise _failed(nbytes, failed)
-        self._mine[addr] = (seg, size)
+        self._mine[addr] = seg
         return seg.u8[:nbytes].view(dt).reshape(dims)
 
     def free(self, buf: Any) -> None:
@@ -125,19 +125,10 @@ class HostArena:
         if hot is not None:
             for r, a in enumerate(freed):
                 hot.unmap(r, a)
-        seg, _ = self._mine.pop(addr)
-        seg.close()
+        self._mine.pop(addr).close()
 
     def close(self) -> None:
         """At destroy: the hot path, and with it every peer mapping, is gone; the arrays handed out stay."""
-        for seg, _ in self._mine.values():
+        for seg in self._mine.values():
             seg.close()
         self._mine.clear()
-
-    def owns(self, buf: Any) -> bool:
-        """Whether ``buf`` lies in one of this rank's alloc_host segments."""
-        try:
-            a = np.asarray(buf).__array_interface__["data"][0]
-        except Exception:  # noqa: BLE001
-            return False
-        return any(s <= a < s + n for s, (_, n) in self._mine.items())

@@ -165,8 +165,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     dtype, op = DTYPES[a.dtype], OPS[a.op]
     shared = a.mem == "host" and a.host_alloc == "hpccl"
-    mem = _Mem(a.mem, comm.local_rank, comm if shared else None)
-    bmem = _Mem(a.mem, comm.local_rank) if shared else mem  # the baselines' own: private, page-aligned  # picks this rank's GPU before any baseline initialises
+    mem = _Mem(a.mem, comm.local_rank, comm if shared else None)  # picks this rank's GPU before any baseline initialises
+    bmem = _Mem(a.mem, comm.local_rank) if shared else mem  # the baselines' own: private, page-aligned
     libs: Dict[str, Any] = {}
     for name in filter(None, a.compare.split(",")):
         try:
