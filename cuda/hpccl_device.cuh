@@ -30,6 +30,7 @@ typedef unsigned int u32;
 #define HPCCL_ERR_TIMEOUT 1u  // this rank's wait timed out
 #define HPCCL_ERR_ABORT 2u    // a rank of the node aborted (set by its host, hpccl/transport/shm.py)
 #define HPCCL_ERR_MISMATCH 3u // ranks passed registered buffers at different registrations/offsets
+#define HPCCL_ERR_DEAD 4u     // a local peer's process is gone (set by the host's watchdog, hpccl/gpu_sync.py)
 
 struct CommArgs {
   const char* send;      // this rank's input
@@ -72,6 +73,23 @@ struct RegArgs {
   const char* src[HPCCL_MAX_RANKS];  // rank r's input (its own: c.send)
   char* dst[HPCCL_MAX_RANKS];        // rank r's output (its own: c.recv)
   u32 desc;                          // registration ids and offsets of this call; equal on every rank
+  int pad_;
+};
+
+// Stream-synchronised kernels (the safe protocol, hpccl/gpu_sync.py): every wait on a peer is a stream
+// memory operation between launches, so these kernels never spin and can never hold a multiprocessor that
+// a peer's work needs. One launch moves one round: `c.nbytes` bytes per piece at byte `off` of the call.
+// Regions: rank dst's slots [par][src] are one block of `c.slot` bytes (the region size) each.
+struct SafeArgs {
+  CommArgs c;     // send, recv, nbytes (bytes per piece), stride (input piece stride), slot (region bytes),
+                  // stage, err, rank, nranks, root, aligned
+  u64 off;        // byte offset of this round in each piece
+  u64 rstride;    // output piece stride
+  u64 limit;      // piece p holds bytes [off + p*stride, limit) at most (~0: every piece is whole)
+  u32* prog;      // host-mapped progress word of this rank, +1 per launch (the watchdog's sign of life)
+  int par;        // parity of the regions read (or written by the push)
+  int par2;       // parity of the regions a reduction forwards its result into (-1: none)
+  int mode;       // per kernel, see there
   int pad_;
 };
 
@@ -243,3 +261,4 @@ static_assert(sizeof(CommArgs) == 224, "CommArgs layout changed: update hpccl/ke
 static_assert(sizeof(P2POp) == 32, "P2POp layout changed: update hpccl/kernels.py");
 static_assert(sizeof(P2PArgs) == 744, "P2PArgs layout changed: update hpccl/kernels.py");
 static_assert(sizeof(RegArgs) == 360, "RegArgs layout changed: update hpccl/kernels.py");
+static_assert(sizeof(SafeArgs) == 272, "SafeArgs layout changed: update hpccl/kernels.py");

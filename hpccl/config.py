@@ -122,6 +122,12 @@ _param("HPCCL_CUDA_TRANSPORT", "", str.lower,
 _param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kernel (1..64); 32 overlaps "
        "better with compute. Never more than the GPU's multiprocessors divided by the ranks sharing it, so "
        "that every rank's blocks can be resident at once (docs/GPU.md, the fix for 4 and 8 ranks on one GPU).")
+_param("HPCCL_CUDA_SYNC", "auto", str.lower,
+       "How ranks of a node synchronise inside a GPU collective: 'spin' (kernels wait for their peers: the "
+       "fastest, safe only on a GPU the job has alone), 'stream' (stream memory operations between kernels "
+       "that never wait: no deadlock whatever else shares the GPU), 'auto': stream when several ranks share "
+       "a GPU, CUDA MPS is running or another communicator is live on the GPU, else spin (docs/GPU.md).",
+       ("auto", "spin", "stream"))
 _param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
 _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
        "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")

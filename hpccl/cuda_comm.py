@@ -17,11 +17,14 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import config, log
+import weakref
+
+from . import config, gpu_sync, log
 from .errors import HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
 from .transport.shm import _I_DEVSEQ
-from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_MISMATCH, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS,
+from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_DEAD, ERR_MISMATCH, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS,
                       CommArgs, Driver, FastState, Kernels, Launch, P2PArgs, RegArgs)
+from .gpu_sync import Bound, Builder, Program, Watchdog, Words
 from .memory.cuda import DeviceMemory, device_view, stream_handle
 from .ops import ReduceOp
 from .transport.cuda_ipc import PeerMemory
@@ -66,9 +69,13 @@ def p2p_blocks(cap: int, nranks: int) -> int:
 
 
 
+_LIVE: "weakref.WeakSet[CudaComm]" = weakref.WeakSet()  # engines of this process, for "another is live"
+
+
 class CudaComm:
     """Device-side collectives for one Communicator (intra-node ranks; one GPU per rank, or several ranks
-    sharing a GPU)."""
+    sharing a GPU). Two ways to synchronise, chosen together at set-up (HPCCL_CUDA_SYNC): spinning kernels,
+    or the stream-synchronised protocol of hpccl/gpu_sync.py where the GPU may be shared."""
 
     def __init__(self, comm: Any, device: Optional[int] = None) -> None:
         try:
@@ -127,6 +134,29 @@ class CudaComm:
         self.maxb = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS"), self.block_cap))
         self.p2p_blocks = p2p_blocks(self.block_cap, n)
         self.block_bytes = max(256, config.get("HPCCL_CUDA_BLOCK_BYTES"))
+        # spinning kernels or the stream-synchronised protocol: the same on every rank, the safe one when any
+        # rank asks for it (and every rank's sync words are in shared memory it can register)
+        other = any(e is not self and not e._closed and e.device == device for e in list(_LIVE))
+        want, why = gpu_sync.wanted(self.share, other)
+        can = shm is not None and self.abort_word == "shared"
+        votes = comm._boot.allgather((want, can, why))
+        self.safe = any(v[0] for v in votes) and all(v[1] for v in votes)
+        if any(v[0] for v in votes) and not self.safe:
+            log.warn("INIT", "the GPU may be shared (%s) but some rank's sync words are not in shared memory: "
+                     "spinning kernels, which can deadlock beside other GPU work", why)
+        self.sync_why = why if want else next((v[2] for v in votes if v[0]), why)
+        self.safe_blocks = max(1, min(MAX_BLOCKS, config.get("HPCCL_CUDA_BLOCKS")))
+        self.words: Optional[Words] = None
+        self._progs: Dict[tuple, Program] = {}
+        if self.safe:
+            self.words = Words(shm, n, self.rank, self.driver, self._err_page)
+            comm._boot.barrier()  # every rank's words initialised before any peer's stream writes them
+            self.builder = Builder(self, self.words)
+            self.zero_copy_min = -1  # the zero-copy kernels spin: staged (and safe) instead
+        self.watchdog = Watchdog(self, self.words, shm)
+        if shm is not None:
+            shm.before_close.append(self.watchdog.stop)  # it reads the segments: stopped before they go
+        _LIVE.add(self)
         self._launch_cache: Dict[tuple, Launch] = {}
         self._plans: Dict[tuple, tuple] = {}
         self.fs = FastState()  # seq, last stream, tail, generation, live: shared with compiled replays
@@ -151,9 +181,11 @@ class CudaComm:
         self.transport = self.peers.mode
         # compile the dtype-free kernels now, while every rank is here anyway
         self.kernels.func("hp_copy_push")
-        log.info("INIT", "CUDA path rank %d/%d on GPU %d over %s; %d rank(s) per GPU, %d SMs: at most %d blocks "
-                 "per kernel, %d per send/recv", self.rank, n, device, self.transport, self.share,
-                 self.peers.sms, self.maxb, self.p2p_blocks)
+        log.info("INIT", "CUDA path rank %d/%d on GPU %d over %s; %d rank(s) per GPU, %d SMs: %s", self.rank, n,
+                 device, self.transport, self.share, self.peers.sms,
+                 f"stream-synchronised ({self.sync_why}), {self.safe_blocks} blocks per kernel" if self.safe else
+                 f"spinning kernels ({self.sync_why}), at most {self.maxb} blocks per kernel, "
+                 f"{self.p2p_blocks} per send/recv")
 
     def _error_word(self, shm: Any) -> Tuple[int, int, int, str]:
         """(host address, device address, registered page or 0, "shared"/"private") of the word this
@@ -230,6 +262,8 @@ class CudaComm:
         self.fs.live = 0
         self.drop()
         origin = self.comm._peer_aborted() if code == ERR_ABORT else None
+        if code == ERR_DEAD and self.watchdog.dead is not None:
+            origin = self.watchdog.dead[0]  # the peers hear of the dead rank, not of this survivor
         try:
             self.comm.abort(origin)
         except Exception:  # noqa: BLE001
@@ -248,14 +282,36 @@ class CudaComm:
                                     "on registered buffers that differ (registration, offset, size, root or "
                                     "collective); every rank must pass the same registration at the same "
                                     "offset, or none")
+        if code == ERR_DEAD and self.watchdog.dead is not None:
+            dead, why = self.watchdog.dead
+            raise HpcclRemoteError.aborted(self._what if what == "synchronize" else what, self.fs.seq, dead, [dead],
+                                           f"; rank {dead} died ({why})")
         if code == ERR_TIMEOUT:
-            behind = self.never_launched()
-            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self.fs.seq, behind,
-                                    config.get("HPCCL_TIMEOUT"),
-                                    "a GPU kernel's wait for a peer's flag timed out; "
-                                    + ("these ranks never launched that call's kernel" if behind else
-                                       "every rank launched it, so a GPU stalled or a call differs"))
+            missing, detail = self.stuck_ranks()
+            raise HpcclTimeoutError(self._what if what == "synchronize" else what, self.fs.seq, missing,
+                                    config.get("HPCCL_TIMEOUT"), detail)
         raise HpcclSystemError(f"GPU collective failed with device error code {code}")
+
+    def stuck_ranks(self) -> Tuple[List[int], str]:
+        """Who a timed-out GPU call waited for, read from the node's shared memory: ranks that never launched
+        the call; else (stream-synchronised protocol) ranks whose GPU has run fewer of the call's kernels than
+        this rank's (their stream is behind: held by earlier work, or their kernels cannot get the GPU);
+        else every peer, each waiting too (a call differs, or the GPU runs none of their kernels)."""
+        behind = self.never_launched()
+        if behind:
+            return behind, "a GPU wait for a peer timed out; these ranks never launched that call"
+        peers = [p for p in range(self.size) if p != self.rank]
+        if self.words is not None:
+            prog = gpu_sync.progress(self._shm, self.size)
+            mine = prog.get(self.rank, (0, 0))[0]
+            slow = [p for p in peers if p in prog and (prog[p][0] - mine) % (1 << 32) > (1 << 31)]
+            if slow:
+                return slow, ("every rank launched the call; these ranks' GPUs have not run its kernels as far "
+                              "as this rank's (their streams are behind, or other work holds the GPU)")
+            return peers, ("every rank launched the call and every rank's stream is waiting in it: the ranks "
+                           "called different collectives or sizes, or the GPU ran none of their kernels")
+        return peers, ("a GPU kernel's wait for a peer's flag timed out; every rank launched the call, so a "
+                       "GPU stalled or the ranks' calls differ")
 
     def never_launched(self) -> List[int]:
         """Ranks on this node whose published launch count is behind this rank's: they never made the
@@ -287,7 +343,7 @@ class CudaComm:
             self.driver.event_record(self._tail_h, ctypes.c_void_p(stream))
             self.fs.tail_live = True
 
-    def _go(self, ln: Launch, stream: int, what: str, kind: Optional[str]) -> None:
+    def _go(self, ln: Any, stream: int, what: str, kind: Optional[str]) -> None:
         if stream != self.fs.last_stream:
             self._order(stream)
         rc = ln(stream)
@@ -319,7 +375,9 @@ class CudaComm:
         """The most blocks per kernel (benchmark sweeps; never above block_cap), dropping cached plans and
         launches."""
         self.maxb = max(1, min(MAX_BLOCKS, blocks, self.block_cap))
+        self.safe_blocks = max(1, min(MAX_BLOCKS, blocks))
         self._plans.clear()
+        self._progs.clear()
         self.drop()
 
     # ----- fast path ------------------------------------------------------------------------------------
@@ -372,7 +430,7 @@ class CudaComm:
         st = key[-1]
         if st != self.fs.last_stream:
             self._order(st)
-        if self.compiled_launch is not None:  # capture check, launch and tail record in one C call
+        if self.compiled_launch is not None and type(ln) is Launch:  # capture check, launch, tail record in C
             rc = self.compiled_launch(*self._entry, ln.fi, ln.grid, ln.block, st, ln.pi, self._tail.ptr)
             if rc > 0:
                 return False  # the slow path retries and reports
@@ -391,8 +449,8 @@ class CudaComm:
         ln, kind = self.last
         if len(self._fast) >= FAST_ENTRIES:
             self.drop()
-        if ln is NOTHING:
-            self._fast[key] = NOTHING
+        if ln is NOTHING or kind == "safe":  # a Bound program holds its own buffers
+            self._fast[key] = ln
             return
         a = CommArgs()
         ctypes.memmove(ctypes.addressof(a), ctypes.addressof(self.args), ctypes.sizeof(CommArgs))
@@ -415,12 +473,32 @@ class CudaComm:
         self.last = (NOTHING, "plain")
         return True
 
+    def _safe(self, pkey: tuple, build: Any, send: int, recv: int, stream: int, what: str,
+              extra_align: int = 0) -> None:
+        """Run a call on the stream-synchronised protocol: its program, built once per plan key."""
+        prog = self._progs.get(pkey)
+        if prog is None:
+            if len(self._progs) >= FAST_ENTRIES:
+                self._progs.clear()
+                self.drop()
+            prog = self._progs[pkey] = build()
+        aligned = 1 if ((send | recv | extra_align) & 15) == 0 else 0
+        self._go(Bound(prog, send, recv, aligned), stream, what, "safe")
+
     def all_reduce(self, send: Any, recv: Any, op: ReduceOp, stream: int, algo: str = "oneshot") -> None:
         """One kernel: 'oneshot' (every rank reduces all of it) or 'twoshot' (stripes, then a gather)."""
         if self._alone(send, recv):
             return
         nbytes = send.nbytes
         dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
+        if self.safe:
+            two = algo == "twoshot" and self.size > 1
+            b = self.builder
+            self._safe(("s-ar", dt, opid, nbytes, two),
+                       (lambda: b.two_shot(dt, opid, nbytes)) if two else
+                       (lambda: b.one_pass(0, "reduce", dt, opid, nbytes, 0, 0, -1)),
+                       self._ptr(send), self._ptr(recv), stream, "all_reduce")
+            return
         pkey = ("ar", dt, opid, nbytes, algo)
         plan = self._plans.get(pkey)
         if plan is None:
@@ -439,6 +517,11 @@ class CudaComm:
             return
         nbytes = send.nbytes
         dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
+        if self.safe:
+            self._safe(("s-red", dt, opid, nbytes, root),
+                       lambda: self.builder.one_pass(2, "reduce", dt, opid, nbytes, 0, 0, root),
+                       self._ptr(send), self._ptr(recv), stream, "reduce")
+            return
         plan = self._plan(("red", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
         self._set(self._ptr(send), self._ptr(recv), nbytes, 0, plan[1], root)
         self._go(plan[0], stream, "reduce", "plain")
@@ -448,6 +531,11 @@ class CudaComm:
             return
         nbytes = recv.nbytes
         dt, opid = _dtid(_logical(send)), OP_IDS[op.value]
+        if self.safe:
+            self._safe(("s-rs", dt, opid, nbytes),
+                       lambda: self.builder.one_pass(1, "reduce", dt, opid, nbytes, nbytes, 0, -1),
+                       self._ptr(send), self._ptr(recv), stream, "reduce_scatter", nbytes)
+            return
         plan = self._plan(("rs", dt, opid, nbytes), f"hp_reduce_push<{dt}, {opid}>", dt, nbytes, "plain")
         self._set(self._ptr(send), self._ptr(recv), nbytes, nbytes, plan[1], -1)
         self._go(plan[0], stream, "reduce_scatter", "plain")
@@ -455,6 +543,12 @@ class CudaComm:
     def _copy_coll(self, what: str, send: Any, recv: Any, nbytes: int, stride: int, rstride: int, root: int,
                    stream: int) -> None:
         if self._alone(send, recv):
+            return
+        if self.safe:
+            self._safe(("s-copy", nbytes, stride, rstride, root),
+                       lambda: self.builder.one_pass(1 if stride else 0, "copy", None, None, nbytes, stride, rstride,
+                                                     root),
+                       self._ptr(send), self._ptr(recv), stream, what, stride | rstride)
             return
         plan = self._plan(("copy", nbytes), "hp_copy_push", None, nbytes, "copy")
         self._set(self._ptr(send), self._ptr(recv), nbytes, stride, plan[1], root, rstride)
@@ -473,6 +567,12 @@ class CudaComm:
 
     def barrier(self, stream: int) -> None:
         """Stream-ordered barrier: work after it on ``stream`` starts once every rank's stream got here."""
+        if self.safe:
+            prog = self._progs.get(("s-bar",))
+            if prog is None:
+                prog = self._progs[("s-bar",)] = self.builder.barrier()
+            self._go(prog, stream, "barrier", None)
+            return
         self._set(0, 0, 0, 0, 16, -1)
         self._go(self._launch("hp_barrier", None, 1, "plain"), stream, "barrier", None)
 
@@ -500,6 +600,11 @@ class CudaComm:
                 rounds.append([])
             rounds[k].append(op)
         for rnd in rounds:
+            if self.safe:
+                live = [(peer, b.data.ptr, b.nbytes, is_send) for peer, b, is_send in rnd if b.nbytes]
+                if live:
+                    self._go(self.builder.p2p(live), stream, "send/recv", None)
+                continue
             for i in range(0, len(rnd), MAX_P2P_OPS):
                 self._p2p_kernel(rnd[i:i + MAX_P2P_OPS], stream)
 
@@ -528,6 +633,8 @@ class CudaComm:
             return
         self.fs.live = 0
         self.drop()
+        self.watchdog.stop()
+        _LIVE.discard(self)
         import cupy
         try:
             with cupy.cuda.Device(self.device):
@@ -539,6 +646,8 @@ class CudaComm:
         except Exception:  # noqa: BLE001
             pass
         self.registry.close()
+        if self.words is not None:
+            self.words.close()
         self.peers.close()
         try:
             if self._err_page:

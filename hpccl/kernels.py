@@ -20,6 +20,7 @@ MAX_P2P_OPS = 16
 ERR_TIMEOUT = 1
 ERR_ABORT = 2  # set by a rank's abort in every local rank's error word (hpccl/transport/shm.py)
 ERR_MISMATCH = 3  # ranks passed registered buffers at different registrations or offsets
+ERR_DEAD = 4  # a local peer's process is gone (set by the watchdog of hpccl/gpu_sync.py)
 # word offsets in a rank's flag area (cuda/hpccl_device.cuh)
 FL_COLL = 0
 CTR_SEND = 3 * MAX_RANKS * MAX_BLOCKS + MAX_BLOCKS
@@ -45,6 +46,13 @@ class CommArgs(ctypes.Structure):
         ("err", ctypes.c_uint64), ("rank", ctypes.c_int32), ("nranks", ctypes.c_int32),
         ("root", ctypes.c_int32), ("aligned", ctypes.c_int32),
     ]
+
+
+class SafeArgs(ctypes.Structure):
+    """One launch of the stream-synchronised kernels (hpccl/gpu_sync.py)."""
+    _fields_ = [("c", CommArgs), ("off", ctypes.c_uint64), ("rstride", ctypes.c_uint64), ("limit", ctypes.c_uint64),
+                ("prog", ctypes.c_uint64), ("par", ctypes.c_int32), ("par2", ctypes.c_int32), ("mode", ctypes.c_int32),
+                ("pad_", ctypes.c_int32)]
 
 
 class P2POp(ctypes.Structure):
@@ -87,7 +95,8 @@ def reduce_names(dt: int) -> List[str]:
     reduce of the network path and, for floats, its avg scaling."""
     ops = range(5) if dt in FLOAT_IDS else range(4)
     names = [f"{k}<{dt}, {op}>" for op in ops
-             for k in ("hp_reduce_push", "hp_allreduce_twoshot", "hp_reg_reduce", "hp_reduce_local")]
+             for k in ("hp_reduce_push", "hp_allreduce_twoshot", "hp_reg_reduce", "hp_reduce_local",
+                       "hp_s_reduce")]
     return names + ([f"hp_scale_local<{dt}>"] if dt in FLOAT_IDS else [])
 
 

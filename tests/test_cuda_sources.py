@@ -52,13 +52,13 @@ def test_ctypes_mirror_the_header():
     from hpccl import kernels
     text = (ROOT / "cuda" / "hpccl_device.cuh").read_text()
     sizes = dict(re.findall(r"static_assert\(sizeof\((\w+)\) == (\d+)", text))
-    assert set(sizes) == {"CommArgs", "P2POp", "P2PArgs", "RegArgs"}
+    assert set(sizes) == {"CommArgs", "P2POp", "P2PArgs", "RegArgs", "SafeArgs"}
     for name, size in sizes.items():
         assert ctypes.sizeof(getattr(kernels, name)) == int(size), name
     d = _header_defines()
     assert d["HPCCL_FLAG_WORDS"] == kernels.FLAG_WORDS
     assert d["HPCCL_CTR_REG"] == kernels.CTR_REG
     assert d["HPCCL_CTR_SEND"] == kernels.CTR_SEND
-    assert (d["HPCCL_ERR_TIMEOUT"], d["HPCCL_ERR_ABORT"], d["HPCCL_ERR_MISMATCH"]) == (
-        kernels.ERR_TIMEOUT, kernels.ERR_ABORT, kernels.ERR_MISMATCH)
+    assert (d["HPCCL_ERR_TIMEOUT"], d["HPCCL_ERR_ABORT"], d["HPCCL_ERR_MISMATCH"], d["HPCCL_ERR_DEAD"]) == (
+        kernels.ERR_TIMEOUT, kernels.ERR_ABORT, kernels.ERR_MISMATCH, kernels.ERR_DEAD)
     assert (d["HPCCL_MAX_RANKS"], d["HPCCL_MAX_BLOCKS"]) == (kernels.MAX_RANKS, kernels.MAX_BLOCKS)

@@ -97,8 +97,8 @@ class ReplayGroup(HpcclProcessGroup):
             h = side.h
         x = flat(inp, "tensor")
         ln = eng._fast.get(eng.fast_key(name, x, None if coll == AR else flat(out, "output"), op, -1, h))
-        if ln is None:
-            return
+        if ln is None or (ln is not NOTHING and not hasattr(ln, "fi")):
+            return  # a stream-synchronised program is several operations: the Python method runs it
         gen = eng.fs.gen
         if gen != self._armed_gen:
             self._armed.clear()

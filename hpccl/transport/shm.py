@@ -42,6 +42,8 @@ _I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotpath.c)
 # output), and its "done" word (8 words on: a direct all_reduce's second done word)
 _I_HOTADDR, _I_HOTDONE = 64, 72
 GPU_ERR_ABORT = 2  # cuda/hpccl_device.cuh HPCCL_ERR_ABORT
+# the GPU engine's stream-synchronised protocol (hpccl/gpu_sync.py): its u32 words, in the registered header page
+_B_GPUSYNC = 2048
 
 _live_paths: Set[str] = set()
 
@@ -300,6 +302,7 @@ class ShmTransport(Transport):
     name = "shm"
 
     def __init__(self, bootstrap, rank: int, ranks: List[int], tag: str) -> None:
+        self.before_close: List[Any] = []  # readers of the segments on other threads (the GPU watchdog)
         self.rank, self.ranks = rank, list(ranks)
         self.local = self.ranks.index(rank)
         slot_size = config.get("HPCCL_SHM_SLOT_SIZE")
@@ -415,6 +418,11 @@ class ShmTransport(Transport):
         """Address of this rank's GPU error word (a u32 at the start of an int64 header slot)."""
         return self._segs[self.rank].u8.ctypes.data + 8 * _I_GPUERR
 
+    def gpu_sync_address(self, peer: int) -> int:
+        """Address, in this process, of ``peer``'s GPU sync words (hpccl/gpu_sync.py; in its header page,
+        which the GPU engine registers with CUDA)."""
+        return self._segs[peer].u8.ctypes.data + _B_GPUSYNC
+
     def device_counter_address(self) -> int:
         """Address of this rank's launch counter (for compiled replays: hpccl/torch/_native.cpp)."""
         return self._segs[self.rank].u8.ctypes.data + 8 * _I_DEVSEQ
@@ -448,6 +456,9 @@ class ShmTransport(Transport):
                 seg.q[_I_GPUERR] = GPU_ERR_ABORT
 
     def close(self) -> None:
+        for stop in self.before_close:
+            stop()
+        self.before_close = []
         self._unlink()
         self._in = self._out = {}
         self._window = None
