@@ -114,6 +114,27 @@ if has campaign; then
 campaign, $n ranks on one GPU: rc=$r, $((SECONDS - t0)) s: $(grep -a "cases per rank run" /tmp/campaign.log | tail -1)"
   done
 fi
+if has coexist; then
+  # issue 32: independent jobs sharing the GPU (bench/gpu_coexist.sh: LAYOUTS, REPEAT, CALLS)
+  stage "jobs sharing one GPU: ${LAYOUTS:-2x4 3x2 2x3}, ${REPEAT:-1} run(s) each"
+  t0=$SECONDS
+  timeout ${T_COEXIST:-500} env OUT="$OUT" EXTRA="${MPIRUN#mpirun --allow-run-as-root --oversubscribe --bind-to none}" \
+    bash bench/gpu_coexist.sh 2>&1 | tee /tmp/coexist.log
+  r=${PIPESTATUS[0]}; [ "$r" = 0 ] || rc=1
+  SUMMARY="$SUMMARY
+jobs sharing one GPU: rc=$r, $((SECONDS - t0)) s
+$(grep -a -A2 "^layout" /tmp/coexist.log)"
+fi
+if has syncab; then
+  # issue 32: the stream-synchronised protocol against spinning kernels, same GPU, same run
+  for n in $SHARED_RANKS; do
+    for mode in spin stream; do
+      stage "A/B: HPCCL_CUDA_SYNC=$mode, $n ranks on one GPU"
+      timeout ${T_AB:-120} $MPIRUN -x HPCCL_CUDA_SYNC=$mode -x CUDA_VISIBLE_DEVICES=0 -n $n python3 -m hpccl.cli.perf \
+        all_reduce all_gather -b 8 -e 64M -f 8 --mem cuda --check --json "$OUT/syncab_${mode}_${n}.json" || rc=1
+    done
+  done
+fi
 
 if has launch; then
   stage "host cost of a repeated GPU all_reduce: compiled launch vs ctypes (2 ranks)"

@@ -15,9 +15,9 @@ before any Python-side validation (fast(), remember()).
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Dict, List, Optional, Sequence, Tuple
-
+import time
 import weakref
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import config, gpu_sync, log
 from .errors import HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
@@ -312,6 +312,16 @@ class CudaComm:
                            "called different collectives or sizes, or the GPU ran none of their kernels")
         return peers, ("a GPU kernel's wait for a peer's flag timed out; every rank launched the call, so a "
                        "GPU stalled or the ranks' calls differ")
+
+    def wait_idle(self) -> None:
+        """Until this engine's latest launch has run, or its error word is set (a timeout or an abort that the
+        watchdog saw: the stream may then never get the GPU back, so nothing here waits on it)."""
+        if not self.fs.tail_live or self._closed:
+            return
+        delay = 2e-5
+        while self.driver.event_query(self._tail_h) == 600 and not self._err.value:  # CUDA_ERROR_NOT_READY
+            time.sleep(delay)
+            delay = min(2 * delay, 1e-3)
 
     def never_launched(self) -> List[int]:
         """Ranks on this node whose published launch count is behind this rank's: they never made the

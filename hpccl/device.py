@@ -135,6 +135,10 @@ class DeviceSide:
         import cupy
         if self.proxy is not None:
             self.proxy.drain()
+        if self.engine is not None:  # a stream stuck behind a GPU that never runs it raises at the timeout
+            self.engine.wait_idle()
+            if self.engine._err.value:
+                self.engine._fail("synchronize")
         with cupy.cuda.Device(self.device):
             cupy.cuda.runtime.deviceSynchronize()
         if self.engine is not None:

@@ -407,8 +407,12 @@ class Watchdog:
         while not self._stop.wait(POLL_S):
             tick += 1
             if err.value:
+                # keep every wait of this rank satisfied (the kernels behind them see the error word and do
+                # nothing), every millisecond while the stream is inside a call
                 if words is not None:
-                    self._drain()
+                    words.release_all()
+                    if words.host[words.rank][W_BUSY]:
+                        self._stop.wait(0.001)
                 continue
             if self.shm is not None and tick % 2 == 0:
                 d = self.shm.dead_peer()
@@ -432,26 +436,6 @@ class Watchdog:
                 if err.value == 0:
                     err.value = ERR_TIMEOUT
                 log.warn("GPU", "stream-synchronised call stuck for %.1f s: released (timeout)", now - last_change)
-
-    def _drain(self) -> None:
-        """Keep every wait of this rank satisfied until its stream has left hpccl's operations (the kernels
-        behind them see the error word and do nothing), or for at most 5 s."""
-        words = self.words
-        me = words.host[words.rank]
-        end = time.monotonic() + 5.0
-        idle_since: Optional[float] = None
-        while time.monotonic() < end and not self._stop.is_set():
-            words.release_all()
-            now = time.monotonic()
-            if me[W_BUSY] == 0:
-                idle_since = idle_since or now
-                if now - idle_since > 0.05:
-                    break
-            else:
-                idle_since = None
-            time.sleep(0.0005)
-        # stay released: queued calls behind a stuck one pass through without moving data
-        words.release_all()
 
 
 def progress(shm: Any, ranks: int) -> Dict[int, Tuple[int, int]]:

@@ -71,8 +71,12 @@ def test_kernels_fit_their_share_of_the_gpu(world):
         assert eng.maxb <= eng.block_cap
     finally:
         eng.set_blocks(before)
-    counts = comm.mpi_comm.allgather((eng.maxb, eng.p2p_blocks))
-    assert len(set(counts)) == 1, f"ranks size their kernels differently: {counts}"
+    counts = comm.mpi_comm.allgather((eng.maxb, eng.p2p_blocks, eng.safe, eng.safe_blocks))
+    assert len(set(counts)) == 1, f"ranks size or synchronise their kernels differently: {counts}"
+    # a GPU shared by several ranks (or under MPS) takes the stream-synchronised protocol unless told not to
+    from hpccl import config
+    if config.get("HPCCL_CUDA_SYNC") == "auto" and share > 1:
+        assert eng.safe, eng.sync_why
 
 
 def _made():
@@ -202,3 +206,90 @@ def test_collectives_beside_own_compute_streams(world):
     comm.synchronize()
     # 512x512 of 1/512 squared is 1/512 everywhere; accumulated once per launch
     assert np.allclose(cupy.asnumpy(acc), launched / 512.0, rtol=1e-4)
+
+
+def _new_comm(comm):
+    """A second communicator of the same ranks (its own engine, words and watchdog)."""
+    import hpccl
+    return hpccl.Communicator(comm.mpi_comm.Dup())
+
+
+def test_two_communicators_at_once_on_two_streams(world):
+    """Two communicators of one job, each on its own stream, with calls in flight on both at once and never
+    ordered between them: every result right, nothing stuck (spinning kernels could deadlock here: each
+    communicator's resident blocks waiting for the other's peers)."""
+    import cupy
+    comm, dev = world
+    other = _new_comm(comm)
+    try:
+        n, me = comm.size, comm.rank
+        s1, s2 = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+        t0 = time.time()
+        for it in range(40):
+            count = SIZES[it % len(SIZES)]
+            d1 = [rank_data("float32", count, r, 500 + it, SUM) for r in range(n)]
+            d2 = [rank_data("float32", count, r, 900 + it, SUM) for r in range(n)]
+            x1, x2 = to_dev(d1[me], dev), to_dev(d2[me], dev)
+            g = to_dev(d2[me], dev)
+            _made()
+            comm.all_reduce(x1, None, SUM, stream=s1)
+            other.all_reduce(x2, None, SUM, stream=s2)
+            out = other.all_gather(g, stream=s2)
+            comm.all_reduce(x1, None, SUM, stream=s1)
+            s1.synchronize()
+            s2.synchronize()
+            assert_close("float32", to_host(x1), reference("float32", SUM, d1) * n, f"comm 1 #{it} n={count}")
+            assert_close("float32", to_host(x2), reference("float32", SUM, d2), f"comm 2 #{it} n={count}")
+            assert_close("float32", to_host(out).reshape(-1), np.concatenate(d2), f"comm 2 gather #{it}")
+        comm.synchronize()
+        other.synchronize()
+        print(f"[coexist] rank {me}: 2 communicators x 2 streams, 40 rounds in {time.time() - t0:.2f} s")
+    finally:
+        other.destroy()
+
+
+def test_a_kernel_that_never_ends_gives_a_timeout_not_a_hang(world, monkeypatch):
+    """Another process's kernel holds every multiprocessor for far longer than HPCCL_TIMEOUT: a collective
+    of the stream-synchronised protocol cannot get the GPU, and comm.synchronize() raises HpcclTimeoutError
+    within HPCCL_TIMEOUT + 3 s (not when the foreign kernel ends); the output is not written."""
+    import cupy
+    import hpccl
+    comm, dev = world
+    monkeypatch.setenv("HPCCL_TIMEOUT", "4")
+    monkeypatch.setenv("HPCCL_CUDA_SYNC", "stream")
+    sub = _new_comm(comm)
+    x = to_dev(np.full(1 << 16, comm.rank + 1, np.float32), dev)
+    _made()
+    sub.all_reduce(x)  # set up (peer memory, kernels compiled) while the GPU is free
+    sub.synchronize()
+    x[:] = 7
+    _made()
+    proc, started = None, ""
+    if _hog_owner(comm, dev):
+        proc = subprocess.Popen([sys.executable, HOG, str(dev), "--fraction", "1.0", "--ms", "20000", "--once"],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started = proc.stdout.readline()
+        if not started.startswith("ready"):
+            started = f"rank {comm.rank}: the GPU hog did not start: {started}{proc.stdout.read()}"
+    bad = [s for s in comm.mpi_comm.allgather(started) if s and not s.startswith("ready")]
+    if bad:
+        pytest.fail("; ".join(bad))
+    t0 = time.time()
+    try:
+        stream = cupy.cuda.Stream(non_blocking=True)
+        sub.all_reduce(x, stream=stream)
+        with pytest.raises(hpccl.HpcclError) as ei:
+            sub.synchronize()
+        took = time.time() - t0
+        print(f"[coexist] rank {comm.rank}: {type(ei.value).__name__} after {took:.1f} s: {ei.value}")
+        assert isinstance(ei.value, (hpccl.HpcclTimeoutError, hpccl.HpcclRemoteError)), ei.value
+        assert took < 4 + 3, f"raised only after {took:.1f} s"
+    finally:
+        comm.mpi_comm.Barrier()
+        if proc is not None:
+            proc.terminate()
+            proc.communicate(timeout=60)
+        comm.mpi_comm.Barrier()
+    stream.synchronize()  # the hog is gone: the queued kernels run, as no-ops
+    assert (to_host(x) == 7).all(), "a timed-out collective wrote its output"
+    sub.destroy()

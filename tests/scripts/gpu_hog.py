@@ -26,6 +26,7 @@ def main() -> int:
     ap.add_argument("device", type=int)
     ap.add_argument("--fraction", type=float, default=0.9, help="share of the SMs whose threads it takes")
     ap.add_argument("--ms", type=float, default=5.0, help="milliseconds each kernel spins")
+    ap.add_argument("--once", action="store_true", help="one kernel: 'ready' as soon as it runs, then exit")
     a = ap.parse_args()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -37,6 +38,16 @@ def main() -> int:
         grid = max(1, int(2 * sms * a.fraction))
         ns = cupy.uint64(int(a.ms * 1e6))
         launched = 0
+        if a.once:
+            with st:
+                k((grid,), (1024,), (ns, done))
+            import time
+            time.sleep(0.5)  # its blocks are resident by now: nothing else gets a multiprocessor
+            print(f"ready: one kernel of {grid} blocks of 1024 threads on {sms} SMs for {a.ms} ms", flush=True)
+            while not stop and not st.done:
+                time.sleep(0.05)
+            print("hog kernels finished: 1 of 1", flush=True)
+            return 0
         with st:
             k((grid,), (1024,), (ns, done))
             launched += 1
