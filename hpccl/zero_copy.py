@@ -19,6 +19,8 @@ def run(eng: Any, coll: str, args: tuple, stream: int) -> Optional[str]:
     or all_gather, the copy engines); its algorithm's name, or None when a buffer it needs is not
     registered or it is below HPCCL_CUDA_ZERO_COPY (the same on every rank for a symmetric call). The
     planner routes here only collectives of planner.ZERO_COPY_COLLS."""
+    if eng.safe:
+        return None  # the zero-copy kernels wait for their peers inside: not on a GPU that may be shared
     send, recv = args[0], args[1]
     nbytes = recv.nbytes if coll == "reduce_scatter" else send.nbytes
     if nbytes < eng.zero_copy_min or eng.zero_copy_min < 0:

@@ -16,16 +16,29 @@ from gpu_util import end_together, FLOATS, assert_close, have_torch, np_dtype, p
 
 @pytest.fixture(scope="module")
 def reg():
+    """A communicator on spinning kernels: the zero-copy kernels are that protocol's (the stream-synchronised
+    one, taken where the GPU may be shared, stages registered buffers like others:
+    test_registered_buffers_are_staged_on_a_shared_gpu)."""
+    import os
+
     import cupy
     import hpccl
     from hpccl.device import rank_device
-    comm = hpccl.Communicator()
+    old = os.environ.get("HPCCL_CUDA_SYNC")
+    os.environ["HPCCL_CUDA_SYNC"] = "spin"
+    try:
+        comm = hpccl.Communicator()
+        comm.all_reduce(cupy.ones(4, dtype=cupy.float32))  # the GPU side exists, spinning
+    finally:
+        if old is None:
+            del os.environ["HPCCL_CUDA_SYNC"]
+        else:
+            os.environ["HPCCL_CUDA_SYNC"] = old
     dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.Device(dev).use()
     if comm.num_nodes > 1:
         comm.destroy()
         pytest.skip("registration serves the single-node kernels; this layout spans nodes")
-    comm.all_reduce(cupy.ones(4, dtype=cupy.float32))  # the GPU side exists
     comm.synchronize()
     eng = comm._dev.engine
     eng.zero_copy_min, eng.ce_min = 0, 0  # every size on the zero-copy kernels unless a test says
@@ -244,7 +257,35 @@ def _fresh(monkeypatch):
     monkeypatch.setenv("HPCCL_TIMEOUT", "5")
     monkeypatch.setenv("HPCCL_CUDA_ZERO_COPY", "0")
     monkeypatch.setenv("HPCCL_CUDA_BUFFER_SIZE", "4M")
+    monkeypatch.setenv("HPCCL_CUDA_SYNC", "spin")
     return hpccl.Communicator()
+
+
+def test_registered_buffers_are_staged_on_a_shared_gpu(monkeypatch):
+    """On the stream-synchronised protocol registered buffers take the staged route (the zero-copy kernels
+    spin), with the same results; ranks passing different parts of a registration then need not agree."""
+    import cupy
+    import hpccl
+    monkeypatch.setenv("HPCCL_CUDA_ZERO_COPY", "0")
+    monkeypatch.setenv("HPCCL_CUDA_SYNC", "stream")
+    comm = hpccl.Communicator()
+    try:
+        if comm.num_nodes > 1:
+            pytest.skip("registration serves the single-node kernels; this layout spans nodes")
+        n, me = comm.size, comm.rank
+        big = cupy.zeros(2 << 16, dtype=cupy.float32)
+        comm.register(big)
+        data = [rank_data("float32", 1 << 16, r, 77, SUM) for r in range(n)]
+        part = big[:1 << 16] if me % 2 == 0 else big[1 << 16:]
+        part[:] = to_dev(data[me], part.device.id)
+        cupy.cuda.get_current_stream().synchronize()
+        comm.all_reduce(part)
+        comm.synchronize()
+        assert comm._dev.engine.safe
+        assert last_algo(comm) != "zerocopy"
+        assert_close("float32", to_host(part), reference("float32", SUM, data), "all_reduce on a registration")
+    finally:
+        end_together(comm)
 
 
 
