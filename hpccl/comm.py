@@ -27,8 +27,8 @@ from .bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
 from .cuda_context import check_capture, gpu_begin, net_capturable, on_device
 from .dispatch import device_collective, host_barrier, host_collective, net_barrier
-from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError
-from .failures import arrived, dead_peer, in_call, named, peer_aborted, survey
+from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclTimeoutError
+from .failures import arrived, dead_peer, in_call, named, new_numbering, peer_aborted, survey, to_user
 from .frontend import validate
 from .host_alloc import HostArena
 from .hotpath import OPCODE
@@ -75,6 +75,7 @@ class Communicator:
         self._dev: Any = None  # device.DeviceSide, built at the first device call
         self.parent_ranks: Optional[List[int]] = None  # a hier sub-communicator's ranks in its parent
         self._parent: Optional["Communicator"] = None  # the communicator whose hier steps this one runs
+        self._numbering = new_numbering()  # the token of this communicator's rank numbering (failures.py)
         self.cuda_device: Optional[int] = None  # a sub-communicator's GPU: its parent's, not its own guess
         self._trace = log.tracing()
         self._check_calls = config.get("HPCCL_CHECK")
@@ -172,15 +173,20 @@ class Communicator:
         """Wait for this rank's GPU work on this communicator (kernels and network steps), then raise the
         first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing."""
         if self._dev is not None:
-            self._dev.synchronize()
+            try:
+                self._dev.synchronize()
+            except HpcclError as exc:  # in this communicator's wire numbering: the user's from here on
+                raise to_user(self, exc) from None
             if self._gpu_timer is not None:
                 self._gpu_timer.harvest(self._rec.trace)
         for kind in ("inter", "intra"):  # a network step's failure names who never came: report it first
             if kind in self._sub:
                 try:
                     self._sub[kind].synchronize()
-                except HpcclError as exc:
-                    raise in_call(exc) from None
+                except HpcclError as exc:  # the user's numbering already (the step's synchronize)
+                    exc = in_call(exc)
+                    self.abort(failures.origin(self, exc))  # a failed step fails the user's communicator
+                    raise exc from None
 
     def abort(self, origin: Optional[int] = None) -> None:
         """Mark this communicator failed and tell every peer (shared memory flag, MPI control message), so
@@ -284,7 +290,10 @@ class Communicator:
         except HpcclError as exc:
             exc = named(self, exc, call.coll)
             self._rec.end(rec, f"failed: {type(exc).__name__}")
-            self.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+            if self._parent is None or not isinstance(exc, HpcclTimeoutError):
+                # a hier step's timeout is not passed on: only the user's communicator, once it has asked its
+                # peers, knows which rank never came to the user's call (as_call), and its abort names it
+                self.abort(failures.origin(self, exc))
             raise exc from None
         finally:
             if self._nvtx is not None and call.mem is not host:

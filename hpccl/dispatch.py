@@ -13,7 +13,7 @@ from .algorithms import hier
 from .call import Call
 from .cuda_context import check_capture
 from .errors import HpcclError
-from .failures import in_parent
+from .failures import to_user
 from .interop import CUDA, HOST
 from .memory import host
 from .planner import HIER, HOT, KERNEL, ZERO_COPY, Plan
@@ -101,7 +101,7 @@ def device_collective(comm: Any, call: Call) -> None:
         try:
             spec.cuda(prim, *args)
         except HpcclError as exc:
-            exc = in_parent(comm.parent_ranks, exc)
+            exc = to_user(comm, exc)  # on the proxy thread; raised later, it passes to_user as it is
             if user is not None:
                 exc.in_call = user
             raise exc from None

@@ -40,6 +40,7 @@ class HpcclTimeoutError(HpcclError, TimeoutError):
         self.collective = collective
         self.seq = seq
         self.missing = sorted(set(missing))
+        self.timeout, self.detail = timeout, detail
         extra = f" ({detail})" if detail else ""
         who = f"rank(s) {self.missing}" if self.missing else "rank(s) MPI cannot name"
         super().__init__(
@@ -67,7 +68,8 @@ class HpcclUnsupported(HpcclError, NotImplementedError):
 
 class HpcclRemoteError(HpcclError):
     """A peer aborted the communicator; this rank stops instead of waiting forever. ``rank`` is the rank
-    that failed first (when known), ``collective``/``seq`` the call this rank was in."""
+    that failed first (when known), ``collective``/``seq`` the call this rank was in; ``how``: how that rank
+    died, when this rank saw it die (its process gone, its connection lost), else empty."""
 
     code = 8
 
@@ -75,11 +77,15 @@ class HpcclRemoteError(HpcclError):
                  awaited: Optional[List[int]] = None) -> None:
         super().__init__(message)
         self.rank, self.collective, self.seq, self.awaited = rank, collective, seq, awaited or []
+        self.how = ""
 
     @classmethod
-    def died(cls, collective: str, seq: int, rank: int, how: str, awaited: List[int]) -> "HpcclRemoteError":
-        return cls(f"{collective} #{seq}: rank {rank} died ({how}); this rank was waiting on rank(s) {awaited}",
-                   rank, collective, seq, awaited)
+    def died(cls, collective: str, seq: int, rank: int, how: str, awaited: List[int],
+             note: str = "") -> "HpcclRemoteError":
+        exc = cls(f"{collective} #{seq}: rank {rank} died ({how}); this rank was waiting on rank(s) {awaited}{note}",
+                  rank, collective, seq, awaited)
+        exc.how = how
+        return exc
 
     @classmethod
     def aborted(cls, collective: str, seq: int, rank: int, awaited: List[int],

@@ -3,7 +3,9 @@ a survey at a timeout), and how an error is named and passed on between a hier s
 the user's communicator. Functions of the communicator (any object with the fields they read)."""
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Tuple
+import itertools
+import re
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from . import config
 from .errors import HpcclError, HpcclInvalidUsage, HpcclRemoteError, HpcclTimeoutError
@@ -46,8 +48,8 @@ def survey(comm: Any) -> bool:
 
 
 def peer_aborted(comm: Any) -> Optional[int]:
-    """The rank a peer's abort names, or None; a hier step also listens to its parent's control channel
-    (a rank outside the sub-communicator comes back as -(r+2), r in the parent's numbering)."""
+    """The rank a peer's abort names, in comm's wire numbering, or None; a hier step also listens to its
+    parent's control channel and shared memory (the parent's ranks come back as wire_rank gives them)."""
     for t in comm._transports:
         r = t.peer_aborted()
         if r is not None:
@@ -56,31 +58,162 @@ def peer_aborted(comm: Any) -> Optional[int]:
     if parent is not None:  # a hier step: keep the user's communicator's control channel answered
         r = peer_aborted(parent)
         if r is not None:
-            pr = comm.parent_ranks or []
-            return pr.index(r) if r in pr else -(r + 2)  # -(r+2): a rank in the parent's numbering
+            return wire_rank(comm.parent_ranks, r)
     return None
+
+
+# ----- rank numbering ------------------------------------------------------------------------------------
+# Two numberings of ranks meet in a hier layout, and every rank number a failure carries is in exactly one:
+#   * a communicator's wire numbering: what its transports, its Waiter and its GPU engine report, and what
+#     its aborts carry. r >= 0 is the communicator's own rank r; r <= -2 stands for rank -(r+2) of the
+#     user's communicator outside it (a hier sub-communicator hears those in its parent's aborts). The wire
+#     numbering of a communicator the user made is the user's numbering.
+#   * the user's numbering: the ranks of the communicator the user called (a hier sub-communicator's parent).
+# An error whose ranks are in the user's numbering carries that communicator's numbering token
+# (``exc.numbering``); an error without one is in the wire numbering of the communicator whose call (or
+# synchronize) it is leaving. to_user() is the one conversion, made where an error leaves a communicator's
+# call, and it leaves an error that carries the token as it is: no rank is mapped twice, whichever way and
+# however often an error passes. origin() is the one way back, for the rank an abort carries.
+_TOKENS = itertools.count(1)
+
+
+def new_numbering() -> int:
+    """A token for a communicator's numbering (Communicator._numbering)."""
+    return next(_TOKENS)
+
+
+def user_rank(parent_ranks: Optional[Sequence[int]], r: Optional[int]) -> Optional[int]:
+    """Rank ``r`` of a communicator's wire numbering in the user's numbering; ``parent_ranks``: the
+    communicator's ranks in its parent (a hier sub-communicator), None for one the user made. None when r
+    is no rank (None, -1, out of range)."""
+    if r is None or r == -1:
+        return None
+    if r <= -2:
+        return -r - 2 if parent_ranks is not None else None
+    if parent_ranks is None:
+        return r
+    return parent_ranks[r] if r < len(parent_ranks) else None
+
+
+def wire_rank(parent_ranks: Optional[Sequence[int]], u: int) -> int:
+    """Rank ``u`` of the user's numbering in a communicator's wire numbering (user_rank's inverse)."""
+    if parent_ranks is None:
+        return u
+    return parent_ranks.index(u) if u in parent_ranks else -(u + 2)
+
+
+def user_numbering(comm: Any) -> int:
+    """The token of the numbering comm's failures are reported in: its parent's for a hier step."""
+    return (comm._parent if comm._parent is not None else comm)._numbering
+
+
+def to_user(comm: Any, exc: HpcclError) -> HpcclError:
+    """``exc``, raised by comm's call, with its ranks in the user's numbering (once: an error that carries
+    the user's numbering token passes as it is). A hier step's error is marked ``from_step``: its parent
+    names its own call (as_call)."""
+    token = user_numbering(comm)
+    if getattr(exc, "numbering", None) == token:
+        return exc
+    pr = comm.parent_ranks
+    if pr is not None:
+        exc = renumbered(exc, lambda r: user_rank(pr, r))
+        exc.from_step = True
+    exc.numbering = token
+    return exc
+
+
+def renumbered(exc: HpcclError, f: Callable[[Optional[int]], Optional[int]]) -> HpcclError:
+    """A new error like ``exc`` with every rank it carries (rank, awaited, missing) passed through f and its
+    message written again from them; errors that carry no ranks come back as they are."""
+    if isinstance(exc, HpcclRemoteError):
+        rank = f(exc.rank)
+        awaited = sorted({a for a in map(f, exc.awaited) if a is not None})
+        call = f"{exc.collective} #{exc.seq}: " if exc.collective else ""
+        if rank is None:
+            out = HpcclRemoteError(f"{call}a peer failed and the communicator was aborted (this rank was waiting "
+                                   f"on rank(s) {awaited})", None, exc.collective, exc.seq, awaited)
+        elif exc.how:
+            out = HpcclRemoteError.died(exc.collective, exc.seq, rank, _renumber_text(exc.how, f), awaited)
+            if not call:
+                out = _reworded(out, f"rank {rank} died ({out.how})")
+        elif call:
+            out = HpcclRemoteError.aborted(exc.collective, exc.seq, rank, awaited)
+        else:
+            out = HpcclRemoteError(f"rank {rank} failed and the communicator was aborted", rank, "", 0, awaited)
+    elif isinstance(exc, HpcclTimeoutError):
+        out = HpcclTimeoutError(exc.collective, exc.seq, [m for m in map(f, exc.missing) if m is not None],
+                                exc.timeout, "ranks of the whole communicator; a step of its hierarchical "
+                                "algorithm")
+    else:
+        return exc
+    if hasattr(exc, "in_call"):
+        out.in_call = exc.in_call
+    return out
+
+
+def _reworded(exc: HpcclRemoteError, message: str) -> HpcclRemoteError:
+    out = HpcclRemoteError(message, exc.rank, exc.collective, exc.seq, exc.awaited)
+    out.how = exc.how
+    return out
+
+
+def _renumber_text(text: str, f: Callable[[Optional[int]], Optional[int]]) -> str:
+    """'rank N' in a transport's description of a death (UCX: connection to rank N failed) renumbered."""
+    def one(m: "re.Match[str]") -> str:
+        u = f(int(m.group(1)))
+        return m.group(0) if u is None else f"rank {u}"
+    return re.sub(r"\brank (\d+)", one, text)
+
+
+def culprit(exc: HpcclError) -> Optional[int]:
+    """The rank at fault in ``exc``, in exc's numbering: the rank a remote error names, the only rank a
+    timeout waited for; None when it names none (this rank's own failure, or several missing ranks)."""
+    if isinstance(exc, HpcclRemoteError):
+        return exc.rank
+    if isinstance(exc, HpcclTimeoutError) and len(exc.missing) == 1:
+        return exc.missing[0]
+    return None
+
+
+def origin(comm: Any, exc: Optional[BaseException]) -> Optional[int]:
+    """The rank comm's abort for ``exc`` carries, in comm's wire numbering (None: this rank)."""
+    if not isinstance(exc, HpcclError):
+        return None
+    r = culprit(exc)
+    if r is None:
+        return None
+    if getattr(exc, "numbering", None) == user_numbering(comm):
+        return wire_rank(comm.parent_ranks, r)
+    return r
 
 
 # ----- naming an error -----------------------------------------------------------------------------------
 def named(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
-    """The error a call raises: a transport's report of a lost peer gets the call's name; a hier
-    step's (sub-communicator's) error goes up in its parent's rank numbering; the user's communicator
-    names its own call, and the step it failed in."""
+    """The error a call raises: a transport's report of a lost peer gets the call's name; its ranks go to
+    the user's numbering (to_user: a hier step's error leaves its sub-communicator so); the user's
+    communicator names its own call, and the step it failed in."""
     seq = comm._seq
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None and not exc.collective:
-        exc = HpcclRemoteError(f"{coll} #{seq}: {exc.message}", exc.rank, coll, seq, exc.awaited)
-    if comm.parent_ranks is not None:
-        return in_parent(comm.parent_ranks, exc)
+        out = HpcclRemoteError(f"{coll} #{seq}: {exc.message}", exc.rank, coll, seq, exc.awaited)
+        out.how = exc.how
+        if hasattr(exc, "numbering"):
+            out.numbering = exc.numbering
+        exc = out
+    exc = to_user(comm, exc)
+    if comm._parent is not None:
+        return exc
     if type(exc) is HpcclInvalidUsage and not exc.message.startswith(f"{coll} #"):
         # met while the call ran (a peer's message of another size): the call is named, as the compiled
         # path names it
         exc = HpcclInvalidUsage(f"{coll} #{seq}: {exc.message}")
+        exc.numbering = user_numbering(comm)
     return as_call(comm, exc, coll)
 
 
 def as_call(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
-    """An error met in a step of hier (a sub-communicator's call) names the user's call and its sequence
-    number, and the step by its place in the call (the sub-communicators' own counts stay internal)."""
+    """An error met in a step of hier (a sub-communicator's call, its ranks already the user's) names the
+    user's call and its sequence number, and the step by its place in the call (the sub-communicators' own
+    counts stay internal)."""
     step = getattr(exc, "collective", "")
     if not step or ((step, exc.seq) == (coll, comm._seq) and not getattr(exc, "from_step", False)):
         return exc
@@ -90,52 +223,47 @@ def as_call(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
         missing = exc.missing
         if survey(comm):
             missing = comm._waiter.missing(exc.missing, surveyed=True)
-        return HpcclTimeoutError(coll, comm._seq, missing, config.get("HPCCL_TIMEOUT"), where)
+        return _same_numbering(exc, HpcclTimeoutError(coll, comm._seq, missing, config.get("HPCCL_TIMEOUT"),
+                                                      where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
-        return HpcclRemoteError.aborted(coll, comm._seq, exc.rank, exc.awaited, f"; {where}")
+        return _same_numbering(exc, _in_user_call(exc, coll, comm._seq, where))
     return exc
 
 
-def in_parent(parent_ranks: Optional[Sequence[int]], exc: HpcclError) -> HpcclError:
-    """A sub-communicator's timeout or remote failure names its parent's ranks, the ones the user knows
-    (once: a network step's error, mapped on the proxy thread, passes here again on the caller's)."""
-    if getattr(exc, "from_step", False):
-        return exc
-    pr = parent_ranks
-    if pr is not None and isinstance(exc, HpcclRemoteError) and exc.rank is not None and exc.collective:
-        out = HpcclRemoteError.aborted(exc.collective, exc.seq, -exc.rank - 2 if exc.rank < 0 else pr[exc.rank],
-                                       [pr[m] for m in exc.awaited if 0 <= m < len(pr)])
-        out.from_step = True
-        return out
-    if pr is None or not isinstance(exc, HpcclTimeoutError):
-        return exc
-    out = HpcclTimeoutError(exc.collective, exc.seq, [pr[m] for m in exc.missing if 0 <= m < len(pr)],
-                            config.get("HPCCL_TIMEOUT"), "ranks of the whole communicator; a step of its "
-                            "hierarchical algorithm")
-    out.from_step = True  # the parent names its own call and asks who never arrived at it
+def _in_user_call(exc: HpcclRemoteError, coll: str, seq: int, where: str) -> HpcclRemoteError:
+    if exc.how:
+        return HpcclRemoteError.died(coll, seq, exc.rank, exc.how, exc.awaited, f"; {where}")
+    return HpcclRemoteError.aborted(coll, seq, exc.rank, exc.awaited, f"; {where}")
+
+
+def _same_numbering(exc: HpcclError, out: HpcclError) -> HpcclError:
+    if hasattr(exc, "numbering"):
+        out.numbering = exc.numbering
     return out
 
 
 def in_call(exc: HpcclError) -> HpcclError:
     """A hier network step's error raised after its call returned (by synchronize, from a held stream's
-    step): named after the user's call and the step, as recorded when the step was enqueued, like the
-    error of a step that fails inside its call (as_call, which also surveys the peers)."""
+    step; its ranks already the user's): named after the user's call and the step, as recorded when the
+    step was enqueued, like the error of a step that fails inside its call (as_call, which also surveys
+    the peers)."""
     at = getattr(exc, "in_call", None)
     if at is None:
         return exc
     coll, seq, step = at
     where = f"in its hierarchical {step}"
     if isinstance(exc, HpcclTimeoutError):
-        return HpcclTimeoutError(coll, seq, exc.missing, config.get("HPCCL_TIMEOUT"), where)
+        return _same_numbering(exc, HpcclTimeoutError(coll, seq, exc.missing, config.get("HPCCL_TIMEOUT"), where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
-        return HpcclRemoteError.aborted(coll, seq, exc.rank, exc.awaited, f"; {where}")
+        return _same_numbering(exc, _in_user_call(exc, coll, seq, where))
     return exc
 
 
 # ----- passing a failure on ------------------------------------------------------------------------------
 def abort(comm: Any, origin: Optional[int] = None) -> None:
-    """Mark comm failed and tell every peer through its transports, and hier's sub-communicators (an origin
-    outside one travels in comm's numbering, as -(r+2)); ``origin``: the rank whose failure this passes on."""
+    """Mark comm failed and tell every peer through its transports, and hier's sub-communicators;
+    ``origin``: the rank whose failure this passes on, in comm's wire numbering (origin() gives it for an
+    error), None for this rank."""
     if not comm._aborted:
         comm._aborted = True
         comm._planner.close()  # the hot path's front door and the plans go
@@ -146,6 +274,5 @@ def abort(comm: Any, origin: Optional[int] = None) -> None:
         for t in comm._transports:
             t.abort(comm.rank if origin is None else origin)
         for sub in comm._sub.values():  # hier's steps wait on the sub-communicators' transports
-            pr = sub.parent_ranks or []
-            # an origin outside the sub-communicator travels in this communicator's numbering, as -(r+2)
-            sub.abort(None if origin is None else pr.index(origin) if origin in pr else -(origin + 2))
+            # in the sub-communicator's wire numbering: an origin outside it travels as -(r+2)
+            sub.abort(None if origin is None else wire_rank(sub.parent_ranks, origin))

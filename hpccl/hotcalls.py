@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from . import hotpath
-from .errors import HpcclError, HpcclRemoteError, HpcclSystemError
-from .failures import named
+from .errors import HpcclError, HpcclSystemError
+from .failures import named, origin
 from .hotpath import OPCODE
 from .interop import HOST
 
@@ -52,7 +52,7 @@ def failed(comm: Any, exc: HpcclError, coll: str) -> NoReturn:
     """A front-door call failed: drop it, name it and abort, as _run does for the validated path."""
     comm._hot.cancel()
     exc = named(comm, exc, coll)
-    comm.abort(exc.rank if isinstance(exc, HpcclRemoteError) else None)
+    comm.abort(origin(comm, exc))
     raise exc from None
 
 

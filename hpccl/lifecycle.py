@@ -57,6 +57,7 @@ def subcomm(comm: Any, kind: str) -> Any:
         c.parent_ranks = (comm.nodes.ranks_on(comm.node) if kind == "intra" else
                           [r for r in range(comm.size) if comm.nodes.local_rank(r) == comm.local_rank])
         c._parent = comm
+        c._waiter.abort_on_timeout = False  # the parent names who never came to the user's call, and aborts
         comm._sub[kind] = c
     sub = comm._sub[kind]
     if comm._dev is not None and sub.cuda_device is None:

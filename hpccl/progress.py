@@ -28,6 +28,9 @@ class Waiter:
         self._dead_peer = dead_peer
         self._next_death_check = 0.0
         self.collective, self.seq = "idle", 0
+        # a timeout aborts naming the one missing rank; a hier step's Waiter leaves that to its parent, which
+        # asks its peers first (the rank a step waited for may itself be waiting, in another step)
+        self.abort_on_timeout = True
 
     def wait(self, ready: Callable[[], bool], peers: Peers) -> None:
         """Return when ready() is true; raise HpcclTimeoutError / HpcclRemoteError instead of hanging.
@@ -71,8 +74,9 @@ class Waiter:
                                             sorted(set(peers() if callable(peers) else peers)))
         if time.monotonic() - start > self.timeout:
             missing = self.missing(peers, surveyed=bool(self._survey and self._survey()))
-            # one rank missing is the rank at fault: peers that hear this abort name it, not this rank
-            self._on_fail(missing[0] if len(missing) == 1 else None)
+            if self.abort_on_timeout:
+                # one rank missing is the rank at fault: peers that hear this abort name it, not this rank
+                self._on_fail(missing[0] if len(missing) == 1 else None)
             raise HpcclTimeoutError(self.collective, self.seq, missing, self.timeout)
 
     def missing(self, peers: Peers, surveyed: bool = False) -> List[int]:

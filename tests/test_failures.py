@@ -251,3 +251,82 @@ def test_gpu_timeout_names_ranks_that_never_launched():
     assert CudaComm.never_launched(fake) == [2]
     fake._shm = None  # no shared memory (HPCCL_TRANSPORT=mpi): nothing to read
     assert CudaComm.never_launched(fake) == []
+
+
+# ----- hier layouts (several nodes, several ranks each): a dead or stopped rank, every position -----------
+# HPCCL_TEST_HIER_BUF=cupy runs the same cases on GPU buffers (tests/scripts/hier_die.py, BUF=cupy; the GPU
+# machine's variant, never set in CI)
+_HIER_BUF = __import__("os").environ.get("HPCCL_TEST_HIER_BUF", "numpy")
+
+
+def _hier_run(tmp_path, n: int, victim: int, mode: str, timeout: float):
+    """n ranks as 2-rank nodes (split:2) over a directory store; the victim SIGKILLs or SIGSTOPs itself inside
+    a loop of hierarchical collectives (the collective in flight differs with the victim: KILL_AFTER); returns
+    (rows of the survivors, the victim's exit code, the time the victim went, every rank's output)."""
+    env = {"HPCCL_TIMEOUT": str(timeout), "HPCCL_NODE_ID": "split:2", "HPCCL_ALGO": "hier", "VICTIM": str(victim),
+           "MODE": mode, "KILL_AFTER": str(5 + victim), "BUF": _HIER_BUF}
+    procs = start_plain(n, "tests/scripts/hier_die.py", tmp_path, env)
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0])
+        except Exception:  # noqa: BLE001 - a hang: end every rank (each by its own pid), then fail below
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+            outs.append(p.communicate()[0] + "\n(killed by the test: it hung)")
+    at = float((tmp_path / "victim_at").read_text())
+    rows = {row["rank"]: row for r, out in enumerate(outs) if r != victim for row in results(out)}
+    return rows, procs[victim].returncode, at, outs, [p.returncode for p in procs]
+
+
+def _nothing_left(script: str = "tests/scripts/hier_die.py") -> None:
+    import subprocess
+    assert shm_leftovers() == [], shm_leftovers()
+    left = subprocess.run(["pgrep", "-f", script], capture_output=True, text=True).stdout
+    assert left.strip() == "", left
+
+
+@pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)
+@pytest.mark.parametrize("n,victim", [(4, v) for v in range(4)] + [(6, v) for v in range(6)])
+def test_hier_dead_rank_is_named_by_every_survivor(n, victim, tmp_path):
+    """2 and 3 nodes of 2 ranks (the network engine between them), every victim position, a loop of
+    all_reduce, all_gather, reduce_scatter, broadcast and reduce: the victim SIGKILLs itself between calls.
+    Every survivor raises HpcclRemoteError within 3 s (HPCCL_TIMEOUT is 30 s) naming the dead rank in the
+    user's numbering (exc.rank and the message), whether it saw the death itself (its process gone on this
+    node, its connection lost) or heard of it through the abort of a peer, on its node or across the network,
+    and in whichever step (intra, inter) of whichever call it waited. Nothing is left in /dev/shm or running."""
+    rows, code, at, outs, codes = _hier_run(tmp_path, n, victim, "kill", 30)
+    assert code == -9, outs[victim][-2000:]
+    assert sorted(rows) == [r for r in range(n) if r != victim], outs
+    for r, row in rows.items():
+        assert row.get("error") == "HpcclRemoteError" and row["failed"] == victim, (r, row)
+        assert f"rank {victim} " in row["message"] and "hierarchical step" in row["message"], (r, row)
+        assert row["at"] - at < 3.0, (r, row, row["at"] - at)
+        assert codes[r] == 0, outs[r][-2000:]
+    _nothing_left()
+    print(f"{n} ranks, rank {victim} killed: slowest survivor {max(row['at'] for row in rows.values()) - at:.2f} s")
+
+
+@pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)
+@pytest.mark.parametrize("victim", [1, 2])
+def test_hier_stopped_rank_is_named_by_every_survivor(victim, tmp_path):
+    """2 nodes x 2 ranks, a rank SIGSTOPped between calls (local rank 1 of node 0; local rank 0 of node 1):
+    every survivor raises within HPCCL_TIMEOUT + 3 s naming it in the user's numbering, as the rank that
+    never came to the user's call (HpcclTimeoutError.missing) or as the rank a timed-out peer's abort names;
+    never a survivor that was only waiting on it, in another step, nor a rank of a sub-communicator's
+    numbering. The stopped rank is let go once all have reported; nothing is left in /dev/shm or running."""
+    timeout = 2.0
+    rows, code, at, outs, codes = _hier_run(tmp_path, 4, victim, "stop", timeout)
+    assert sorted(rows) == [r for r in range(4) if r != victim], outs
+    for r, row in rows.items():
+        assert row.get("error") in ("HpcclTimeoutError", "HpcclRemoteError"), (r, row)
+        if row["error"] == "HpcclTimeoutError":
+            assert row["missing"] == [victim] and f"rank(s) [{victim}]" in row["message"], (r, row)
+        else:
+            assert row["failed"] == victim and f"rank {victim} " in row["message"], (r, row)
+        assert row["at"] - at < timeout + 3.0, (r, row, row["at"] - at)
+    assert all(c == 0 for c in codes), (codes, outs)
+    _nothing_left()
+    print(f"rank {victim} stopped: survivors raised {min(row['at'] for row in rows.values()) - at:.2f}-"
+          f"{max(row['at'] for row in rows.values()) - at:.2f} s after")

@@ -1,0 +1,161 @@
+"""Rank numbering of failures in hier layouts, in one process with stand-in communicators (hpccl/failures.py):
+a rank crossing a sub-communicator's boundary is mapped exactly once, whichever way and however often the
+error passes, and an abort carries its origin in the numbering of the transports it travels on. The case of
+issue 32: at 3 nodes x 2, a rank's error that crossed the 'inter' boundary was mapped again through the
+2-rank 'intra' table (IndexError instead of an HpcclError)."""
+from __future__ import annotations
+
+import types
+from typing import List, Optional
+
+import pytest
+
+from hpccl import failures
+from hpccl.errors import HpcclRemoteError, HpcclSystemError, HpcclTimeoutError
+from hpccl.failures import named, origin, to_user, user_rank, wire_rank
+from hpccl.progress import Waiter
+from hpccl.transport.base import Transport
+
+
+class Wire(Transport):
+    """A transport that only carries aborts: what peer_aborted() reports, and the origins it was told."""
+
+    isend = irecv = close = None  # never called
+
+    def __init__(self) -> None:
+        self.heard: Optional[int] = None
+        self.told: List[int] = []
+
+    def peer_aborted(self) -> Optional[int]:
+        return self.heard
+
+    def abort(self, origin: int) -> None:
+        self.told.append(origin)
+
+
+class Comm:
+    """The fields failures.py reads of a communicator (a hier parent or one of its sub-communicators)."""
+
+    def __init__(self, rank: int, size: int, parent: "Comm" = None, parent_ranks: List[int] = None,
+                 step: str = "") -> None:
+        self.rank, self.size, self._parent, self.parent_ranks = rank, size, parent, parent_ranks
+        self._numbering = failures.new_numbering()
+        self._transports = [Wire()]
+        self._sub = {}
+        self._aborted, self._seq, self._dev = False, 0, None
+        self._planner = types.SimpleNamespace(close=lambda: None)
+        self._rec = types.SimpleNamespace(dump=lambda *a: None, step=lambda: step or None)
+        self._waiter = types.SimpleNamespace(collective="all_reduce", ranks=[q for q in range(size) if q != rank],
+                                             missing=lambda peers, surveyed=False: list(peers))
+
+    def abort(self, origin: Optional[int] = None) -> None:
+        failures.abort(self, origin)
+
+    @property
+    def told(self) -> List[int]:
+        return self._transports[0].told
+
+
+def _rank5_of_3x2():
+    """Rank 5 of 6 ranks in nodes of 2 ({0,1}, {2,3}, {4,5}): its 'intra' [4, 5] (rank 1 there) and its
+    'inter' [1, 3, 5] (rank 2 there), both in the middle of step calls of the user's all_reduce #6."""
+    user = Comm(5, 6, step="step 2 (inter all_reduce)")
+    user._seq = 6
+    intra = Comm(1, 2, user, [4, 5])
+    inter = Comm(2, 3, user, [1, 3, 5])
+    user._sub = {"intra": intra, "inter": inter}
+    intra._seq, inter._seq = 11, 6  # the sub-communicators' own counts
+    return user, intra, inter
+
+
+def test_ranks_between_numberings():
+    assert [user_rank([1, 3, 5], r) for r in (0, 1, 2)] == [1, 3, 5]
+    assert [wire_rank([1, 3, 5], u) for u in (1, 3, 5)] == [0, 1, 2]
+    # a rank outside the sub-communicator travels as -(u+2) and comes back as itself
+    assert wire_rank([4, 5], 3) == -5 and user_rank([4, 5], -5) == 3
+    assert all(user_rank([4, 5], wire_rank([4, 5], u)) == u for u in range(6))
+    # a communicator the user made: its numbering is the user's
+    assert wire_rank(None, 3) == 3 and user_rank(None, 3) == 3
+    # no rank: None, -1 (the engine's "none"), out of range: None, never an IndexError
+    assert [user_rank([4, 5], r) for r in (None, -1, 2, 7)] == [None, None, None, None]
+    assert user_rank(None, -5) is None
+
+
+def test_a_step_error_is_mapped_once_whatever_it_crosses():
+    """Issue 32's IndexError: the inter step's error names inter rank 1 (user rank 3); it leaves the inter
+    sub-communicator's call mapped, then the user's call names it; passing any boundary again (the same
+    one, the other sub-communicator's, the user's) changes nothing."""
+    user, intra, inter = _rank5_of_3x2()
+    raw = HpcclRemoteError("UCX transfer with rank 1 failed: rank 1 is gone", rank=1)  # a transport's words
+    step = named(inter, raw, "all_reduce")
+    assert step.rank == 3 and step.collective == "all_reduce" and step.seq == 6 and step.from_step
+    assert to_user(inter, step) is step and to_user(intra, step) is step and to_user(user, step) is step
+    assert named(inter, step, "all_reduce").rank == 3 and named(intra, step, "all_gather").rank == 3
+    call = named(user, step, "all_reduce")
+    assert call.rank == 3 and "all_reduce #6: rank 3 failed" in str(call), str(call)
+    assert "in its hierarchical step 2 (inter all_reduce)" in str(call)
+    assert named(user, call, "all_reduce") is call
+
+
+def test_abort_origins_travel_in_the_numbering_of_their_wire():
+    """The sub-communicator's abort for its mapped error carries its own number of the rank (not the
+    user's), and the user's abort reaches the other sub-communicator with the rank outside it as -(u+2),
+    which its peers' waits map back to the user's rank: each crossing mapped once."""
+    user, intra, inter = _rank5_of_3x2()
+    step = named(inter, HpcclRemoteError("gone", rank=1), "all_reduce")
+    inter.abort(origin(inter, step))
+    assert inter.told == [1]  # inter rank 1 = user rank 3 (the old code sent 3 here, out of inter's range)
+    call = named(user, step, "all_reduce")
+    user.abort(origin(user, call))
+    assert user.told == [3] and inter.told == [1] and intra.told == [-5]
+    # rank 4, intra's rank 0 on the same node, hears -5 on its intra wire and names user rank 3
+    heard = HpcclRemoteError.aborted("reduce_scatter", 11, -5, [1])
+    assert named(intra, heard, "reduce_scatter").rank == 3
+
+
+def test_a_step_hears_its_parents_abort_in_its_own_numbering():
+    user, intra, inter = _rank5_of_3x2()
+    user._transports[0].heard = 3  # the user's communicator's abort names user rank 3
+    assert failures.peer_aborted(inter) == 1 and failures.peer_aborted(intra) == -5
+    inter._transports[0].heard = 0  # its own wire first: inter rank 0 (user rank 1)
+    assert failures.peer_aborted(inter) == 0
+
+
+def test_a_death_seen_in_a_step_keeps_how_and_is_renumbered():
+    user, intra, inter = _rank5_of_3x2()
+    died = HpcclRemoteError.died("all_reduce", 6, 1, "UCX: connection to rank 1 failed (reset)", [1, 0])
+    step = named(inter, died, "all_reduce")
+    assert step.rank == 3 and step.awaited == [1, 3] and step.how == "UCX: connection to rank 3 failed (reset)"
+    call = named(user, step, "all_reduce")
+    assert "all_reduce #6: rank 3 died (UCX: connection to rank 3 failed (reset))" in str(call), str(call)
+    assert "rank 1" not in str(call)
+
+
+def test_a_step_timeout_names_user_ranks_and_is_not_passed_on_by_the_step():
+    """A step's timeout names the ranks it waited for in the user's numbering; the step's Waiter does not
+    abort (its parent asks its peers first and aborts naming who never came to the user's call)."""
+    user, intra, inter = _rank5_of_3x2()
+    t = named(inter, HpcclTimeoutError("all_reduce", 6, [1], 2.0), "all_reduce")
+    assert t.missing == [3] and "rank(s) [3]" in str(t)
+    call = named(user, t, "all_reduce")
+    assert isinstance(call, HpcclTimeoutError) and call.missing == [3] and call.seq == 6
+    assert origin(user, call) == 3 and origin(inter, t) == 1
+    assert origin(user, HpcclTimeoutError("all_reduce", 6, [2, 3], 2.0)) is None  # several: none blamed
+
+    failed = []
+    w = Waiter(0.01, 0, [0, 1], lambda p: None, lambda: None, lambda origin=None: failed.append(origin))
+    w.abort_on_timeout = False
+    w.collective, w.seq = "all_reduce", 6
+    with pytest.raises(HpcclTimeoutError):
+        w.wait(lambda: False, [1])
+    assert failed == []
+    w.abort_on_timeout = True
+    with pytest.raises(HpcclTimeoutError):
+        w.wait(lambda: False, [1])
+    assert failed == [1]
+
+
+def test_errors_without_ranks_pass_unchanged():
+    user, intra, inter = _rank5_of_3x2()
+    e = HpcclSystemError("the communicator was aborted")
+    assert named(inter, e, "all_reduce") is e and origin(inter, e) is None
