@@ -570,6 +570,20 @@ __device__ __forceinline__ void hp_share(u64 len, u64* lo, u64* hi) {
   if (!c.live) return;                                                                \
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 
+// A bounded look at the words the stream is about to wait on (thread s watches peer s's word, words two
+// apart): while they arrive within spin_ns, the stream's own wait after this passes at once, which is
+// faster than a stream wait that has to poll; past spin_ns it leaves, so it can never hold a
+// multiprocessor that some peer's progress needs.
+extern "C" __global__ void hp_s_peek(const u32* words, u32 mask, u64 spin_ns) {
+  const int t = threadIdx.x;
+  if (t >= HPCCL_MAX_RANKS || !((mask >> t) & 1u)) return;
+  const volatile u32* w = words + 2 * t;
+  if (*w == 1u) return;
+  const u64 t0 = hp_globaltimer();
+  while (*w != 1u && hp_globaltimer() - t0 < spin_ns) {
+  }
+}
+
 // mode 0: this rank's input piece (stride 0) to every peer (one-shot all_reduce, all_gather); with root >= 0
 // only the root pushes (broadcast). mode 1: piece p to peer p (reduce_scatter, all_to_all, two-shot's
 // scatter). mode 2: to the root only (reduce).

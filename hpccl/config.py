@@ -128,6 +128,9 @@ _param("HPCCL_CUDA_SYNC", "auto", str.lower,
        "that never wait: no deadlock whatever else shares the GPU), 'auto': stream when several ranks share "
        "a GPU, CUDA MPS is running or another communicator is live on the GPU, else spin (docs/GPU.md).",
        ("auto", "spin", "stream"))
+_param("HPCCL_CUDA_SYNC_SPIN", 0, int,
+       "Microseconds a one-block kernel of the stream-synchronised protocol watches the peers' words before "
+       "the stream's own wait takes over (bounded, so it never holds a multiprocessor for long); 0: none.")
 _param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
 _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
        "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")

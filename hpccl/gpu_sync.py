@@ -252,6 +252,8 @@ class Builder:
         self.region = lay.slot * MAX_BLOCKS  # bytes of one [parity][src] region
         self.p2p_region = lay.p2p_slot * MAX_BLOCKS  # bytes of one send/recv [src][parity] region
         self.prog_dev = words.dptr(words.rank, W_PROG)
+        self.spin_ns = int(config.get("HPCCL_CUDA_SYNC_SPIN") * 1000)
+        self._peek_args: Dict[int, list] = {}
 
     # --- pieces ---
     def _args(self, mode: int, par: int, off: int, nbytes: int, stride: int, rstride: int, root: int,
@@ -271,6 +273,25 @@ class Builder:
         prog.steps.append(Launch(eng.driver, func, grid, eng.threads, [args]))
         prog.args.append(args)
         prog.kernels += 1
+
+    def _arrive(self, prog: Program, par: int, before: Sequence[tuple] = (), after: Sequence[tuple] = ()) -> None:
+        """Wait for every peer's parity-par data: a bounded look first (hp_s_peek, HPCCL_CUDA_SYNC_SPIN),
+        then the stream's wait."""
+        o = self.ops
+        if self.spin_ns > 0 and o.peers:
+            self._batch(prog, list(before))
+            args = self._peek_args.get(par)
+            if args is None:
+                mask = 0
+                for s in o.peers:
+                    mask |= 1 << s
+                args = self._peek_args[par] = [ctypes.c_uint64(self.words.dptr(self.words.rank, W_RDY + par)),
+                                               ctypes.c_uint32(mask), ctypes.c_uint64(self.spin_ns)]
+            eng = self.eng
+            prog.steps.append(Launch(eng.driver, eng.kernels.func("hp_s_peek"), 1, 32, args))
+            self._batch(prog, o.arrive(par) + list(after))
+        else:
+            self._batch(prog, list(before) + o.arrive(par) + list(after))
 
     def _batch(self, prog: Program, ops: Sequence[tuple]) -> None:
         if ops:
@@ -296,7 +317,7 @@ class Builder:
             par = i & 1
             self._batch(prog, pending + o.pre(par))
             self._kernel(prog, "hp_s_push", None, self._args(push_mode, par, off, n, stride, rstride, root), n)
-            self._batch(prog, o.post(par))
+            self._arrive(prog, par, before=o.signal(par))
             self._kernel(prog, name, dt if combine == "reduce" else None,
                          self._args(0, par, off, n, stride, rstride, root), n)
             pending = o.done(par)
@@ -315,10 +336,10 @@ class Builder:
         for base in range(0, max(total, 1), seg * n):
             self._batch(prog, pending + o.pre(0))
             self._kernel(prog, "hp_s_push", None, self._args(1, 0, base, seg, seg, seg, -1, limit=total), seg)
-            self._batch(prog, o.post(0) + o.pre(1))
+            self._arrive(prog, 0, before=o.signal(0), after=o.pre(1))
             self._kernel(prog, f"hp_s_reduce<{dt}, {op}>", dt,
                          self._args(0, 0, base, seg, seg, seg, -1, par2=1, limit=total), seg)
-            self._batch(prog, o.done(0) + o.post(1))
+            self._arrive(prog, 1, before=o.done(0) + o.signal(1))
             self._kernel(prog, "hp_s_copyout", None, self._args(1, 1, base, seg, seg, seg, -1, limit=total), seg)
             pending = o.done(1)
         self._batch(prog, pending + o.busy(0))
