@@ -15,10 +15,11 @@ import numpy as np
 
 def summarize(paths: list) -> int:
     """One line over the JOB reports in the given logs (bench/gpu_coexist.sh)."""
+    import re
     rows = []
-    for p in paths:
+    for p in paths:  # ranks' lines can run into each other in a shared log: find each report on its own
         with open(p, errors="replace") as f:
-            rows += [json.loads(line.split("JOB ", 1)[1]) for line in f if "JOB {" in line]
+            rows += [json.loads(m.group(1)) for m in re.finditer(r"JOB (\{[^{}]*\})", f.read())]
     errs = [r["error"] for r in rows if r["error"]]
     print(f"{len(rows)} rank reports, calls {sum(r['calls'] for r in rows)}, wrong {sum(r['wrong'] for r in rows)}, "
           f"errors {len(errs)}, sync {sorted(set(r['sync'] for r in rows))}"

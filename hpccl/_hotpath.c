@@ -839,7 +839,41 @@ static PyObject *gpu_launch(PyObject *self, PyObject *args) {
   return PyLong_FromLong(0);
 }
 
+/* The stream operations of one call of the GPU's stream-synchronised protocol (hpccl/gpu_sync.py), in one
+ * C call: each step is a kernel launch or a cuStreamBatchMemOp, in order; then the tail event, unless the
+ * stream is capturing. */
+typedef int (*batch_t)(void *, unsigned, void *, unsigned);
+typedef struct {
+  unsigned long long kind; /* 0: kernel, 1: batch of stream memory operations */
+  unsigned long long func; /* CUfunction, or the number of operations */
+  unsigned grid, block;
+  unsigned long long params; /* kernel parameter array, or the operations' array */
+} gpu_step;
+
+static PyObject *gpu_program(PyObject *self, PyObject *args) {
+  unsigned long long fl, fc, fr, fb, steps, nsteps, stream, event;
+  if (!PyArg_ParseTuple(args, "KKKKKKKK", &fl, &fc, &fr, &fb, &steps, &nsteps, &stream, &event)) return NULL;
+  int cap = 0;
+  if (((capturing_t)(uintptr_t)fc)((void *)(uintptr_t)stream, &cap) != 0) cap = 0;
+  const gpu_step *s = (const gpu_step *)(uintptr_t)steps;
+  for (unsigned long long i = 0; i < nsteps; ++i) {
+    int rc = s[i].kind == 0
+                 ? ((launch_t)(uintptr_t)fl)((void *)(uintptr_t)s[i].func, s[i].grid, 1, 1, s[i].block, 1, 1, 0,
+                                             (void *)(uintptr_t)stream, (void **)(uintptr_t)s[i].params, NULL)
+                 : ((batch_t)(uintptr_t)fb)((void *)(uintptr_t)stream, (unsigned)s[i].func,
+                                            (void *)(uintptr_t)s[i].params, 0);
+    if (rc != 0) return Py_BuildValue("(iK)", rc, i);
+  }
+  if (cap) return Py_BuildValue("(iK)", -1, nsteps);
+  ((record_t)(uintptr_t)fr)((void *)(uintptr_t)event, (void *)(uintptr_t)stream);
+  return Py_BuildValue("(iK)", 0, nsteps);
+}
+
 static PyMethodDef module_methods[] = {
+    {"gpu_program", gpu_program, METH_VARARGS,
+     "(cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, cuStreamBatchMemOp, steps, count, stream, tail event) "
+     "-> (result, steps done): result 0, -1 when the stream is capturing (no event recorded), else the failing "
+     "step's CUresult"},
     {"gpu_launch", gpu_launch, METH_VARARGS,
      "(cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, func, grid, block, stream, params, tail event) -> "
      "launch result, or -1 when the stream is capturing (then no event was recorded)"},

@@ -173,6 +173,10 @@ class CudaComm:
         self.compiled_launch = (hotpath._hotpath.gpu_launch if hotpath.available()
                                 and config.get("HPCCL_COMPILED_LAUNCH") else None)
         self._entry = self.driver.entry_points()
+        # a stream-synchronised program's operations in one C call (hpccl/_hotpath.c gpu_program)
+        self.compiled_program = (getattr(hotpath._hotpath, "gpu_program", None) if self.safe and
+                                 self.compiled_launch is not None else None)
+        self._batch_addr = Driver.address(self.builder._batch_fn) if self.safe else 0
         self._cp_nd = cupy.ndarray
         self._cur_stream = cupy.cuda.get_current_stream
         probe = cupy.empty(1, dtype=cupy.uint8)
@@ -294,20 +298,19 @@ class CudaComm:
 
     def stuck_ranks(self) -> Tuple[List[int], str]:
         """Who a timed-out GPU call waited for, read from the node's shared memory: ranks that never launched
-        the call; else (stream-synchronised protocol) ranks whose GPU has run fewer of the call's kernels than
-        this rank's (their stream is behind: held by earlier work, or their kernels cannot get the GPU);
-        else every peer, each waiting too (a call differs, or the GPU runs none of their kernels)."""
+        the call; else (stream-synchronised protocol) ranks whose stream is not inside an hpccl call (their
+        busy word is clear: the stream is held by earlier work); else every peer, each waiting too (a call
+        differs, or the GPU runs none of their kernels)."""
         behind = self.never_launched()
         if behind:
             return behind, "a GPU wait for a peer timed out; these ranks never launched that call"
         peers = [p for p in range(self.size) if p != self.rank]
         if self.words is not None:
-            prog = gpu_sync.progress(self._shm, self.size)
-            mine = prog.get(self.rank, (0, 0))[0]
-            slow = [p for p in peers if p in prog and (prog[p][0] - mine) % (1 << 32) > (1 << 31)]
-            if slow:
-                return slow, ("every rank launched the call; these ranks' GPUs have not run its kernels as far "
-                              "as this rank's (their streams are behind, or other work holds the GPU)")
+            state = gpu_sync.progress(self._shm, self.size)
+            idle = [p for p in peers if p in state and not state[p][1]]
+            if idle:
+                return idle, ("every rank launched the call, but these ranks' streams have not reached it "
+                              "(held by earlier work on them)")
             return peers, ("every rank launched the call and every rank's stream is waiting in it: the ranks "
                            "called different collectives or sizes, or the GPU ran none of their kernels")
         return peers, ("a GPU kernel's wait for a peer's flag timed out; every rank launched the call, so a "
@@ -353,18 +356,36 @@ class CudaComm:
             self.driver.event_record(self._tail_h, ctypes.c_void_p(stream))
             self.fs.tail_live = True
 
+    def _run_compiled(self, ln: Any, stream: int, what: str) -> int:
+        """A stream-synchronised program (or its Bound call) in one C call, tail event included; a CUresult
+        (0: done). A failure after some operations were enqueued cannot be retried: it raises."""
+        prog = ln.prog if type(ln) is Bound else ln
+        if type(ln) is Bound:
+            prog.bind(ln.send, ln.recv, ln.aligned)
+        rc, done = self.compiled_program(*self._entry, self._batch_addr, prog.packed(), len(prog.steps), stream,
+                                         self._tail.ptr)
+        if rc > 0:
+            if done:
+                raise HpcclSystemError(f"{what}: a stream operation failed after {done} of {len(prog.steps)} were "
+                                       f"enqueued: {self.driver.error_name(rc)}")
+            return rc
+        self.fs.tail_live = rc == 0
+        return 0
+
     def _go(self, ln: Any, stream: int, what: str, kind: Optional[str]) -> None:
         if stream != self.fs.last_stream:
             self._order(stream)
-        rc = ln(stream)
+        compiled = self.compiled_program is not None and type(ln) in (Bound, Program)
+        rc = self._run_compiled(ln, stream, what) if compiled else ln(stream)
         if rc:
             if rc in (201, 400, 709):  # no/invalid context current on this thread: make ours current
                 import cupy
                 with cupy.cuda.Device(self.device):
-                    rc = ln(stream)
+                    rc = self._run_compiled(ln, stream, what) if compiled else ln(stream)
             if rc:
                 raise HpcclSystemError(f"{what}: cuLaunchKernel failed: {self.driver.error_name(rc)}")
-        self._mark(stream)
+        if not compiled:
+            self._mark(stream)
         self._count()
         self._what = what
         self.last = (ln, kind)
@@ -440,7 +461,10 @@ class CudaComm:
         st = key[-1]
         if st != self.fs.last_stream:
             self._order(st)
-        if self.compiled_launch is not None and type(ln) is Launch:  # capture check, launch, tail record in C
+        if self.compiled_program is not None and type(ln) is Bound:
+            if self._run_compiled(ln, st, self._what):
+                return False  # nothing was enqueued: the slow path retries and reports
+        elif self.compiled_launch is not None and type(ln) is Launch:  # capture check, launch, tail record in C
             rc = self.compiled_launch(*self._entry, ln.fi, ln.grid, ln.block, st, ln.pi, self._tail.ptr)
             if rc > 0:
                 return False  # the slow path retries and reports

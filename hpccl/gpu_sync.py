@@ -194,17 +194,37 @@ class Batch:
         return self._fn(ctypes.c_void_p(stream), self.count, self.arr, 0)
 
 
+class GpuStep(ctypes.Structure):
+    """One step for the compiled runner (hpccl/_hotpath.c gpu_program): a launch or a batch."""
+    _fields_ = [("kind", ctypes.c_uint64), ("func", ctypes.c_uint64), ("grid", ctypes.c_uint32),
+                ("block", ctypes.c_uint32), ("params", ctypes.c_uint64)]
+
+
 class Program:
     """The stream operations of one call (batches and kernel launches, in order), built once per plan and
     replayed; the buffers are patched into every launch's arguments when they change."""
 
-    __slots__ = ("steps", "args", "_bufs", "kernels")
+    __slots__ = ("steps", "args", "_bufs", "kernels", "_packed", "_npacked")
 
     def __init__(self) -> None:
         self.steps: List[Callable[[int], int]] = []
         self.args: List[SafeArgs] = []
         self._bufs: Tuple[int, int, int] = (-1, -1, -1)
         self.kernels = 0
+        self._packed: Any = None
+        self._npacked = -1
+
+    def packed(self) -> int:
+        """Address of the steps as GpuStep records (made once; again if the steps changed)."""
+        if self._npacked != len(self.steps):
+            arr = (GpuStep * max(1, len(self.steps)))()
+            for i, st in enumerate(self.steps):
+                if isinstance(st, Batch):
+                    arr[i].kind, arr[i].func, arr[i].params = 1, st.count, ctypes.addressof(st.arr)
+                else:
+                    arr[i].kind, arr[i].func, arr[i].grid, arr[i].block, arr[i].params = 0, st.fi, st.grid, st.block, st.pi
+            self._packed, self._npacked = arr, len(self.steps)
+        return ctypes.addressof(self._packed)
 
     def bind(self, send: int, recv: int, aligned: int) -> None:
         if (send, recv, aligned) != self._bufs:
@@ -213,9 +233,12 @@ class Program:
             self._bufs = (send, recv, aligned)
 
     def __call__(self, stream: int) -> int:
-        for step in self.steps:
+        for i, step in enumerate(self.steps):
             rc = step(stream)
             if rc:
+                if i:
+                    raise HpcclSystemError(f"a stream operation failed after {i} of {len(self.steps)} were "
+                                           f"enqueued (CUresult {rc})")
                 return rc
         return 0
 

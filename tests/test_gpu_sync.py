@@ -397,3 +397,59 @@ def test_memop_struct_matches_the_driver():
     assert gpu_sync.MemOp.address.offset == 8 and gpu_sync.MemOp.value.offset == 16
     assert gpu_sync.MemOp.flags.offset == 24
     assert ctypes.sizeof(SafeArgs) == 272
+
+
+def test_compiled_runner_issues_every_step_in_order():
+    """hpccl/_hotpath.c gpu_program: the program's launches and batches in order on the stream, then the tail
+    event; capture leaves the event out; a failing step stops the rest and says which step."""
+    from hpccl import hotpath
+    if not hotpath.available():
+        pytest.skip("the compiled hot path is not built here (no C compiler at install)")
+    run = hotpath._hotpath.gpu_program
+    calls = []
+    P, U = ctypes.c_void_p, ctypes.c_uint
+    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, U, U, U, U, U, U, P, P, P)
+    BATCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, P, U)
+    CAPT = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.POINTER(ctypes.c_int))
+    REC = ctypes.CFUNCTYPE(ctypes.c_int, P, P)
+    fail_at = [-1]
+    capturing = [0]
+
+    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        calls.append(("k", f, gx, bx, stream, params))
+        return 700 if len(calls) - 1 == fail_at[0] else 0
+
+    def batch(stream, count, arr, flags):
+        calls.append(("m", count, arr, stream))
+        return 1 if len(calls) - 1 == fail_at[0] else 0
+
+    def capt(stream, out):
+        out[0] = capturing[0]
+        return 0
+
+    def rec(ev, stream):
+        calls.append(("e", ev, stream))
+        return 0
+
+    fl, fb, fc, fr = LAUNCH(launch), BATCH(batch), CAPT(capt), REC(rec)
+    addr = [ctypes.cast(f, ctypes.c_void_p).value for f in (fl, fc, fr, fb)]
+    mem = Memory(16 << 20)
+    ranks, kern, lay = make_ranks(mem, 2, 256 << 10)
+    prog = ranks[0].b.one_pass(0, "reduce", 8, 0, 4096, 0, 0, -1)
+    n = len(prog.steps)
+    assert run(*addr, prog.packed(), n, 77, 99) == (0, n)
+    kinds = ["m" if isinstance(s, gpu_sync.Batch) else "k" for s in prog.steps]
+    assert [c[0] for c in calls] == kinds + ["e"]
+    for c, s in zip(calls, prog.steps):
+        if c[0] == "k":
+            assert (c[1], c[2], c[3], c[5]) == (s.fi, s.grid, s.block, s.pi) and c[4] == 77
+        else:
+            assert (c[1], c[2], c[3]) == (s.count, ctypes.addressof(s.arr), 77)
+    assert calls[-1] == ("e", 99, 77)
+    calls.clear()
+    capturing[0] = 1
+    assert run(*addr, prog.packed(), n, 77, 99) == (-1, n) and calls[-1][0] != "e"
+    calls.clear()
+    capturing[0], fail_at[0] = 0, 2
+    rc, done = run(*addr, prog.packed(), n, 77, 99)
+    assert rc != 0 and done == 2 and len(calls) == 3
