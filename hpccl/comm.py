@@ -27,7 +27,7 @@ from .bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
 from .cuda_context import check_capture, gpu_begin, net_capturable, on_device
 from .dispatch import device_collective, host_barrier, host_collective, net_barrier
-from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclTimeoutError
+from .errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError, HpcclTimeoutError
 from .failures import arrived, dead_peer, in_call, named, new_numbering, peer_aborted, survey, to_user
 from .frontend import validate
 from .host_alloc import HostArena
@@ -171,7 +171,33 @@ class Communicator:
 
     def synchronize(self) -> None:
         """Wait for this rank's GPU work on this communicator (kernels and network steps), then raise the
-        first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing."""
+        first failure an earlier call met there, like ncclCommGetAsyncError; host calls need nothing.
+
+        With hier's GPU network steps still pending, this rank watches for failures while it waits (a peer's
+        abort, a local peer's process or a network peer's connection gone: failures.watch), and aborts at
+        once, so that its own steps, which only its sub-communicators' engines know of, end now rather than
+        at HPCCL_TIMEOUT; it then raises naming the rank that failed, in the user's numbering."""
+        nets = [s._dev.proxy.net for s in self._sub.values()
+                if s._dev is not None and getattr(s._dev.proxy, "net", None) is not None]
+        if nets:
+            exc = failures.await_steps(self, lambda: any(n.pending() for n in nets))
+            if exc is not None:
+                self.abort(failures.origin(self, exc))
+                try:  # the steps end now (the abort failed them); what they raise follows from exc
+                    self._synchronize()
+                except HpcclError:
+                    pass
+                raise exc from None
+        self._synchronize()
+        if nets:  # a peer failed meanwhile: this rank's calls may have run on what it never sent
+            r = peer_aborted(self)
+            if r is not None:
+                exc = to_user(self, HpcclRemoteError.aborted(self._waiter.collective, self._seq, r, [],
+                                                             "; seen at synchronize"))
+                self.abort(r)
+                raise exc
+
+    def _synchronize(self) -> None:
         if self._dev is not None:
             try:
                 self._dev.synchronize()

@@ -14,7 +14,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import config, log
+from . import config, failures, log
 from .errors import HpcclInvalidArgument, HpcclInvalidUsage, HpcclSystemError, HpcclUnsupported
 from .interop import HOST, memory_kind
 from .memory.cuda import DeviceMemory, blocking_for_device
@@ -77,15 +77,21 @@ class DeviceSide:
         with cupy.cuda.Device(self.device):
             cupy.zeros(1)  # a current context before UCX looks at device memory
         timeout = config.get("HPCCL_TIMEOUT")
+        # the proxy thread's waits: a local peer's death or abort (of this communicator, or of the user's
+        # for a hier step), seen through shared memory alone (no control channel is polled off the caller's
+        # thread); ranks in comm's wire numbering, as its abort takes them
         self.waiter = Waiter(timeout, 0, [q for q in range(comm.size) if q != comm.rank],
-                             lambda p: None, lambda: None, comm.abort)
+                             lambda p: None, lambda: failures.local_peer_aborted(comm), comm.abort,
+                             dead_peer=lambda: failures.local_dead_peer(comm))
+        # a failed step aborts naming the rank its error names (in comm's wire numbering), not this rank
+        fail = lambda: comm.abort(failures.origin(comm, self.proxy.error))  # noqa: E731
         engine = comm._table.find("engine")
         if engine is not None:
             # the communicator's own engine: staged steps on the caller's stream (hpccl/netstep.py)
             from .netstep import StagedNet, StagedPrimitives, StagedRunner
-            net = StagedNet(engine.eng, self.device)
+            net = StagedNet(engine.eng, self.device, engine)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
-            self.proxy = StagedRunner(net, self.prim, self.device, comm.abort, capturable=comm.local_size == 1)
+            self.proxy = StagedRunner(net, self.prim, self.device, fail, capturable=comm.local_size == 1)
             self.path = "staged steps on the network engine"
             return
         from .proxy import Proxy, StreamOps
@@ -98,7 +104,7 @@ class DeviceSide:
             for msg in check_gpudirect():
                 log.warn("ENV", "%s", msg)
         ops = StreamOps(self.device, timeout)
-        self.proxy = Proxy(ops, comm.abort, name=f"hpccl-proxy-r{comm.rank}")
+        self.proxy = Proxy(ops, fail, name=f"hpccl-proxy-r{comm.rank}")
         self.path = f"network proxy over {self._transport.name}"
         self._warm_up(comm, ops, cupy)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from . import config
@@ -25,11 +26,89 @@ def arrived(comm: Any, peer: int) -> Optional[int]:
 
 
 def dead_peer(comm: Any) -> Optional[Tuple[int, str]]:
-    """(rank, why) of a peer whose process is gone, as a transport saw it; None if none is."""
+    """(rank, why) of a peer whose process is gone, as a transport saw it, in comm's wire numbering; None if
+    none is. A hier step also looks at the user's communicator's peers (its node's other ranks, the ranks its
+    network connections reach): a rank that dies outside the step fails the user's call all the same."""
     for t in comm._transports:
         d = t.dead_peer()
         if d is not None:
             return d
+    parent = comm._parent
+    if parent is not None:
+        d = dead_peer(parent)
+        if d is not None:
+            return wire_rank(comm.parent_ranks, d[0]), d[1]
+    return None
+
+
+def _local(comm: Any) -> list:
+    return [t for t in comm._transports if getattr(t, "name", "") == "shm"]
+
+
+def local_dead_peer(comm: Any) -> Optional[Tuple[int, str]]:
+    """dead_peer() through shared memory alone (the node's processes, of comm and of the user's communicator
+    for a hier step): safe off the caller's thread (the network proxy's waits), as it polls no channel."""
+    for t in _local(comm):
+        d = t.dead_peer()
+        if d is not None:
+            return d
+    parent = comm._parent
+    if parent is not None:
+        d = local_dead_peer(parent)
+        if d is not None:
+            return wire_rank(comm.parent_ranks, d[0]), d[1]
+    return None
+
+
+def local_peer_aborted(comm: Any) -> Optional[int]:
+    """peer_aborted() through shared memory alone (the abort flags of the node's ranks, comm's and the user's
+    communicator's for a hier step), in comm's wire numbering: safe off the caller's thread."""
+    for t in _local(comm):
+        r = t.peer_aborted()
+        if r is not None:
+            return r
+    parent = comm._parent
+    if parent is not None:
+        r = local_peer_aborted(parent)
+        if r is not None:
+            return wire_rank(comm.parent_ranks, r)
+    return None
+
+
+def await_steps(comm: Any, pending: Callable[[], bool], check: Optional[Callable[[], Optional[HpcclError]]] = None,
+                every: float = 0.02) -> Optional[HpcclError]:
+    """Wait while ``pending()`` (GPU network steps handed to an engine not ended), looking every ``every``
+    seconds at what ``check`` (default: watch(comm)) sees; the first failure found, or None once nothing is
+    pending (a step that never ends is ended by the engine at HPCCL_TIMEOUT)."""
+    check = check or (lambda: watch(comm))
+    nap, next_check = 5e-5, 0.0
+    while pending():
+        now = time.monotonic()
+        if now >= next_check:
+            exc = check()
+            if exc is not None:
+                return exc
+            next_check = now + every
+        time.sleep(nap)
+        nap = min(nap * 2, 1e-3)
+    return None
+
+
+def watch(comm: Any) -> Optional[HpcclError]:
+    """What comm's host sees while its GPU work waits (synchronize, with a hier call's network steps still
+    pending): a peer's abort, or a peer whose process (on this node) or connection (to another node) is
+    gone, in comm or one of its sub-communicators, as the error to raise, its ranks in the user's numbering;
+    None while all is well. On the caller's thread (it polls the control channels)."""
+    coll, seq = comm._waiter.collective, comm._seq
+    note = "; seen while synchronize waited for the call's GPU work"
+    for c in (comm, *comm._sub.values()):
+        r = peer_aborted(c)
+        if r is not None:
+            return to_user(c, HpcclRemoteError.aborted(coll, seq, r, [], note))
+    for c in (comm, *comm._sub.values()):
+        d = dead_peer(c)
+        if d is not None:
+            return to_user(c, HpcclRemoteError.died(coll, seq, d[0], d[1], [], note))
     return None
 
 
@@ -223,8 +302,7 @@ def as_call(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
         missing = exc.missing
         if survey(comm):
             missing = comm._waiter.missing(exc.missing, surveyed=True)
-        return _same_numbering(exc, HpcclTimeoutError(coll, comm._seq, missing, config.get("HPCCL_TIMEOUT"),
-                                                      where))
+        return _same_numbering(exc, HpcclTimeoutError(coll, comm._seq, missing, _timeout(exc), where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
         return _same_numbering(exc, _in_user_call(exc, coll, comm._seq, where))
     return exc
@@ -234,6 +312,12 @@ def _in_user_call(exc: HpcclRemoteError, coll: str, seq: int, where: str) -> Hpc
     if exc.how:
         return HpcclRemoteError.died(coll, seq, exc.rank, exc.how, exc.awaited, f"; {where}")
     return HpcclRemoteError.aborted(coll, seq, exc.rank, exc.awaited, f"; {where}")
+
+
+def _timeout(exc: HpcclTimeoutError) -> float:
+    """The timeout a step's wait ran under (HPCCL_TIMEOUT, or the engine's for a network step)."""
+    t = getattr(exc, "timeout", None)
+    return config.get("HPCCL_TIMEOUT") if t is None else t
 
 
 def _same_numbering(exc: HpcclError, out: HpcclError) -> HpcclError:
@@ -253,7 +337,7 @@ def in_call(exc: HpcclError) -> HpcclError:
     coll, seq, step = at
     where = f"in its hierarchical {step}"
     if isinstance(exc, HpcclTimeoutError):
-        return _same_numbering(exc, HpcclTimeoutError(coll, seq, exc.missing, config.get("HPCCL_TIMEOUT"), where))
+        return _same_numbering(exc, HpcclTimeoutError(coll, seq, exc.missing, _timeout(exc), where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
         return _same_numbering(exc, _in_user_call(exc, coll, seq, where))
     return exc

@@ -27,10 +27,11 @@ blocked; the communicator's next call or synchronize() raises the error, as nccl
 from __future__ import annotations
 
 import ctypes
+import re
 from typing import Any, Callable, List, Optional, Sequence
 
 from . import config, log
-from .errors import HpcclError
+from .errors import HpcclError, HpcclTimeoutError
 from .primitives import Primitives, Recv, Send
 from .progress import Waiter
 
@@ -62,9 +63,10 @@ class StagedNet:
     """The device half of one communicator's network path: staging memory, the ready/done words, and
     the hand-over of each step to the engine."""
 
-    def __init__(self, engine: Any, device: int) -> None:
+    def __init__(self, engine: Any, device: int, transport: Any = None) -> None:
         from .kernels import Driver
         self.eng = engine  # hpccl._netengine.Engine
+        self.transport = transport  # its EngineTransport: who an abort named (step_error)
         self.device = device
         self.driver = Driver.get()
         self.timeout = float(config.get("HPCCL_TIMEOUT"))
@@ -180,12 +182,16 @@ class StagedNet:
         return HpcclSystemError(f"{what} failed while enqueuing a network step: {self.driver.error_name(rc)}")
 
     # ----- failures and life cycle -------------------------------------------------------------------
+    def pending(self) -> bool:
+        """Whether an eager step handed to the engine has not ended yet (its done word is behind)."""
+        done = ctypes.c_uint32.from_address(self.done_h).value
+        return 0 < ((self._val - done) & 0xFFFFFFFF) < (1 << 31)
+
     def error(self) -> Optional[HpcclError]:
         e = self.eng.error()
         if e is None:
             return None
-        from .transport.engine import engine_error
-        return engine_error(e)
+        return step_error(e, None if self.transport is None else self.transport._failed)
 
     def close(self) -> None:
         """After the engine's last step ended (the caller synchronized the device or the engine closed)."""
@@ -196,6 +202,33 @@ class StagedNet:
         if self._join_ev:
             self.driver.event_destroy(ctypes.c_void_p(self._join_ev))
             self._join_ev = 0
+
+
+_LABEL = re.compile(r"^(?P<coll>[a-z_]+) #(?P<seq>\d+)(?:, (?P<step>step \d+ \(.+?\)))?: (?P<err>.*)$", re.S)
+_WAITING = re.compile(r"timed out after (?P<s>[\d.]+)s waiting for rank\(s\) \[(?P<ranks>[\d, ]*)\]")
+
+
+def step_error(args: tuple, failed: Optional[Callable[[int, tuple], HpcclError]] = None) -> HpcclError:
+    """The error of a failed step from the engine's (code, peer, "label: message"): a timeout as
+    HpcclTimeoutError naming the ranks the step waited for, an abort or a lost peer as the transport names it
+    (``failed``: EngineTransport._failed, which knows who an abort named); every rank in the communicator's
+    wire numbering (hpccl/failures.py maps them once). The label, the recorder's name of the call (and of the
+    hier step: "all_reduce #6, step 2 (inter all_reduce)"), gives the user's call it failed in (in_call)."""
+    from .transport.engine import _ne, engine_error
+    code, peer, msg = args
+    m = _LABEL.match(msg)
+    exc: Optional[HpcclError] = None
+    if code == _ne.E_TIMEOUT and m is not None:
+        w = _WAITING.search(m.group("err"))
+        if w is not None:
+            missing = [int(x) for x in w.group("ranks").split(",") if x.strip()]
+            exc = HpcclTimeoutError(m.group("coll"), int(m.group("seq")), missing, float(w.group("s")),
+                                    "a GPU network step")
+    if exc is None:
+        exc = failed(peer, args) if failed is not None else engine_error(args)
+    if m is not None and m.group("step"):
+        exc.in_call = (m.group("coll"), int(m.group("seq")), m.group("step"))
+    return exc
 
 
 class StagedPrimitives(Primitives):

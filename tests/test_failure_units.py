@@ -22,12 +22,17 @@ class Wire(Transport):
 
     isend = irecv = close = None  # never called
 
-    def __init__(self) -> None:
+    def __init__(self, name: str = "base") -> None:
+        self.name = name
         self.heard: Optional[int] = None
+        self.dead = None
         self.told: List[int] = []
 
     def peer_aborted(self) -> Optional[int]:
         return self.heard
+
+    def dead_peer(self):
+        return self.dead
 
     def abort(self, origin: int) -> None:
         self.told.append(origin)
@@ -159,3 +164,86 @@ def test_errors_without_ranks_pass_unchanged():
     user, intra, inter = _rank5_of_3x2()
     e = HpcclSystemError("the communicator was aborted")
     assert named(inter, e, "all_reduce") is e and origin(inter, e) is None
+
+
+# ----- the GPU path's pieces that run on the host (hpccl/netstep.py, EngineTransport, synchronize's watch) --
+def _engine():
+    """The engine's error codes (its module loads UCX first); the test is skipped where it is not built."""
+    return pytest.importorskip("hpccl.transport.engine")._ne
+
+
+def test_a_network_steps_timeout_names_user_ranks_after_its_call():
+    """The engine's failure of a staged hier step ("all_reduce #6, step 2 (inter all_reduce): timed out ...
+    waiting for rank(s) [1]": the inter sub-communicator's numbering, issue 32's GPU report) becomes a
+    timeout naming the user's rank, after the user's call and the step."""
+    ne = _engine()
+    from hpccl.netstep import step_error
+    user, intra, inter = _rank5_of_3x2()
+    raw = step_error((ne.E_TIMEOUT, -1, "all_reduce #6, step 2 (inter all_reduce): timed out after 30.0s waiting "
+                                        "for rank(s) [1] (HPCCL_TIMEOUT)"))
+    assert isinstance(raw, HpcclTimeoutError) and raw.missing == [1]
+    assert raw.in_call == ("all_reduce", 6, "step 2 (inter all_reduce)")
+    late = failures.in_call(to_user(inter, raw))
+    assert isinstance(late, HpcclTimeoutError) and late.missing == [3] and late.seq == 6
+    assert "all_reduce #6 timed out after 30s waiting for rank(s) [3] (in its hierarchical step 2 (inter " \
+           "all_reduce))" in str(late), str(late)
+    # a flat call's step (every rank its own node): the user's numbering already, the call named
+    flat = step_error((ne.E_TIMEOUT, -1, "broadcast #3: timed out after 5.0s waiting for rank(s) [0, 2] "
+                                         "(HPCCL_TIMEOUT)"))
+    assert isinstance(flat, HpcclTimeoutError) and flat.missing == [0, 2] and not hasattr(flat, "in_call")
+    # a lost peer, as the transport names it
+    gone = step_error((ne.E_PEER, 0, "all_reduce #6, step 2 (inter all_reduce): rank 0 is gone: UCX: ..."),
+                      lambda peer, args: HpcclRemoteError("gone", rank=peer))
+    assert to_user(inter, gone).rank == 1 and gone.in_call[2] == "step 2 (inter all_reduce)"
+
+
+def test_an_engine_abort_names_the_rank_this_ranks_abort_passed_on():
+    """A step failed by this rank's own abort of its sub-communicator (passing on user rank 3, outside it:
+    -5 on its wire, which the engine does not keep) names rank 3, not "the communicator was aborted"."""
+    ne = _engine()
+    from hpccl.transport.engine import EngineTransport
+    t = EngineTransport.__new__(EngineTransport)
+    t.eng, t._closed, t.rank, t._origin = None, True, 1, None
+    t._control_init()
+    args = (ne.E_ABORT, -1, "the communicator was aborted")
+    assert isinstance(t._failed(-1, args), HpcclSystemError)
+    t._origin = -5
+    e = t._failed(-1, args)
+    assert isinstance(e, HpcclRemoteError) and e.rank == -5
+    assert named(_rank5_of_3x2()[1], e, "all_gather").rank == 3
+
+
+def test_a_step_sees_the_users_communicators_dead_and_aborted_peers():
+    """A hier step's waits (and the network proxy's, through shared memory alone) see the node's other
+    ranks die and the user's communicator's aborts, in the step's wire numbering."""
+    user, intra, inter = _rank5_of_3x2()
+    user._transports = [Wire("shm"), Wire("ucx")]
+    assert failures.dead_peer(inter) is None and failures.local_dead_peer(intra) is None
+    user._transports[0].dead = (4, "its process 123 on this node exited")
+    assert failures.dead_peer(inter) == (-6, "its process 123 on this node exited")  # user rank 4, outside
+    assert failures.local_dead_peer(intra) == (0, "its process 123 on this node exited")
+    user._transports[0].dead = None
+    user._transports[1].dead = (3, "UCX: connection to rank 3 failed")  # across the network
+    assert failures.dead_peer(inter) == (1, "UCX: connection to rank 3 failed")
+    assert failures.local_dead_peer(inter) is None  # the proxy thread reads shared memory only
+    user._transports[0].heard = 3
+    assert failures.local_peer_aborted(inter) == 1 and failures.local_peer_aborted(intra) == -5
+
+
+def test_synchronize_watch_names_the_failure_in_the_users_numbering():
+    """While a hier call's GPU network steps are pending, synchronize's watch sees a peer's abort or death
+    (the user's communicator's or a step's), ranks in the user's numbering, and stops waiting at once."""
+    import time
+    user, intra, inter = _rank5_of_3x2()
+    assert failures.watch(user) is None
+    inter._transports[0].dead = (0, "UCX: connection to rank 0 failed (reset)")  # inter rank 0 = user rank 1
+    e = failures.watch(user)
+    assert isinstance(e, HpcclRemoteError) and e.rank == 1 and "rank 1 died (UCX: connection to rank 1" in str(e)
+    assert origin(user, e) == 1
+    intra._transports[0].heard = -5  # an abort on the intra wire naming user rank 3: reported first
+    assert failures.watch(user).rank == 3
+    t0 = time.monotonic()
+    got = failures.await_steps(user, lambda: True, every=0.001)
+    assert got.rank == 3 and time.monotonic() - t0 < 0.5
+    polls = iter(range(5))
+    assert failures.await_steps(user, lambda: next(polls, None) is not None, lambda: None) is None

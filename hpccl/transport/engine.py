@@ -147,6 +147,7 @@ class EngineTransport(ControlChannel, Transport):
         self.eng: Any = None
         self._pool: Dict[tuple, List[np.ndarray]] = {}
         self._closed = False
+        self._origin: Optional[int] = None  # the rank this rank's own abort named (abort(origin))
         self.spin = max(0, config.get("HPCCL_SPIN"))  # the waiter's polls before it reads the clock
         self.error_handling = True  # endpoints to other nodes always detect a lost peer
         t0 = time.perf_counter()
@@ -265,6 +266,11 @@ class EngineTransport(ControlChannel, Transport):
             if code == _ne.E_PEER:
                 return HpcclRemoteError(f"UCX transfer with rank {peer} failed: {args[2]} (rank {peer} may "
                                         "have died)", rank=args[1] if args[1] >= 0 else peer)
+            if args[1] < 0 and self._origin is not None and self._origin != self.rank:
+                # this rank's own abort passed another rank's failure on (the engine keeps only origins
+                # that are ranks of its own): name that rank, not "aborted"
+                return HpcclRemoteError(f"rank {self._origin} failed and the communicator was aborted "
+                                        f"(then: {args[2]})", rank=self._origin)
         return engine_error(args)
 
     @property
@@ -298,6 +304,8 @@ class EngineTransport(ControlChannel, Transport):
             yield np.array(m, dtype=np.int64)
 
     def abort(self, origin: int) -> None:
+        if self._origin is None:
+            self._origin = origin
         ControlChannel.abort(self, origin)
         if self.eng is not None and not self._closed:
             self.eng.abort(origin)
