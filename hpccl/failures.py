@@ -90,7 +90,7 @@ def await_steps(comm: Any, pending: Callable[[], bool], check: Optional[Callable
                 return exc
             next_check = now + every
         time.sleep(nap)
-        nap = min(nap * 2, 1e-3)
+        nap = min(nap * 2, 2e-4)  # as the Waiter's naps: synchronize returns soon after the steps end
     return None
 
 
