@@ -46,6 +46,7 @@ N_WORDS = W_PFREE + 2 * MAX_RANKS
 
 _OP_WAIT32, _OP_WRITE32 = 1, 2  # CU_STREAM_MEM_OP_WAIT_VALUE_32, CU_STREAM_MEM_OP_WRITE_VALUE_32
 _WAIT_EQ = 1                     # CU_STREAM_WAIT_VALUE_EQ
+_NO_FENCE = 1                    # CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
 POLL_S = 0.01
 
 
@@ -135,12 +136,18 @@ class Ops:
         self.w = words
         self.me = words.rank
         self.peers = [p for p in range(words.n) if p != words.rank]
+        self.fence = 0 if config.get("HPCCL_CUDA_SYNC_FENCE") else _NO_FENCE
 
     def _wait(self, r: int, word: int) -> Tuple[int, int, int, int]:
         return (_OP_WAIT32, self.w.dptr(r, word), 1, _WAIT_EQ)
 
     def _write(self, r: int, word: int, value: int) -> Tuple[int, int, int, int]:
-        return (_OP_WRITE32, self.w.dptr(r, word), value, 0)
+        """A write that publishes data (READY, FREE): the driver fences the stream's earlier writes first."""
+        return (_OP_WRITE32, self.w.dptr(r, word), value, self.fence)
+
+    def _mark(self, r: int, word: int, value: int) -> Tuple[int, int, int, int]:
+        """A write that publishes nothing (a cleared word of this rank's, the busy word): no fence."""
+        return (_OP_WRITE32, self.w.dptr(r, word), value, _NO_FENCE)
 
     def pre(self, par: int, p2p_peers: Optional[Sequence[int]] = None) -> List[tuple]:
         """Before writing into peers' regions of parity par: they have read the last data there."""
@@ -148,7 +155,7 @@ class Ops:
         out: List[tuple] = []
         for d in peers:
             out.append(self._wait(self.me, base + 2 * d + par))
-            out.append(self._write(self.me, base + 2 * d + par, 0))
+            out.append(self._mark(self.me, base + 2 * d + par, 0))
         return out
 
     def signal(self, par: int, p2p_peers: Optional[Sequence[int]] = None) -> List[tuple]:
@@ -162,7 +169,7 @@ class Ops:
         out: List[tuple] = []
         for s in peers:
             out.append(self._wait(self.me, base + 2 * s + par))
-            out.append(self._write(self.me, base + 2 * s + par, 0))
+            out.append(self._mark(self.me, base + 2 * s + par, 0))
         return out
 
     def post(self, par: int) -> List[tuple]:
@@ -174,7 +181,7 @@ class Ops:
         return [self._write(s, base + 2 * self.me + par, 1) for s in peers]
 
     def busy(self, value: int) -> List[tuple]:
-        return [self._write(self.me, W_BUSY, value)]
+        return [self._mark(self.me, W_BUSY, value)]
 
 
 class Batch:
