@@ -80,6 +80,7 @@ struct batch {
   int bkind, nops, left, unsent;
   op_t *ops;
   volatile uint32_t *ready; uint32_t ready_tok;  /* sends wait for *ready >= ready_tok (wrap-safe) */
+  volatile uint32_t *gate;   /* nonzero when the token comes: the staged data is not whole, send nothing */
   volatile uint32_t *done; uint32_t done_val;    /* written when the batch ends, ok or not */
   int ordered;               /* an eager batch with a done word: done words written in FIFO order */
   double t0, timeout;        /* timeout 0: none (the caller's waiter has one) */
@@ -290,6 +291,15 @@ static void post_op(Engine *e, op_t *o) {
 }
 
 static void post_all(Engine *e, batch_t *b) {
+  if (b->gate && __atomic_load_n(b->gate, __ATOMIC_ACQUIRE) != 0) {
+    /* the node's step before this one failed (a local rank died, aborted or timed out): its output, now
+       staged, is not the reduction the peers expect, so none of it goes out */
+    batch_fail(b, E_ABORT, -1, "a rank of this node failed before this step's data was complete; nothing was sent");
+    for (int k = 0; k < b->nops; k++)
+      if (!b->ops[k].posted) { b->ops[k].posted = 1; op_end(&b->ops[k], UCS_ERR_CANCELED, 0); }
+    b->unsent = 0;
+    return;
+  }
   for (int k = 0; k < b->nops; k++)  /* receives first: posted before any data can arrive */
     if (b->ops[k].kind == K_RECV && !b->ops[k].posted) post_op(e, &b->ops[k]);
   for (int k = 0; k < b->nops; k++)
@@ -1035,15 +1045,17 @@ static int parse_ops(Engine *self, PyObject *ops, batch_t *b) {
   return 0;
 }
 
-/* staged(ops, ready_addr, ready_tok, done_addr, done_val, timeout, label): an eager GPU network step over
-   pinned host memory; the engine owns it (failures go to error()). Tags are assigned now, in call order. */
+/* staged(ops, ready_addr, ready_tok, done_addr, done_val, timeout, label[, gate_addr]): an eager GPU network
+   step over pinned host memory; the engine owns it (failures go to error()). Tags are assigned now, in call
+   order. gate_addr: a word that, nonzero when the token comes, fails the step without sending anything. */
 static PyObject *Engine_staged(Engine *self, PyObject *args) {
   PyObject *ops;
-  unsigned long long ready, done;
+  unsigned long long ready, done, gate = 0;
   unsigned int rtok, dval;
   double timeout;
   const char *label;
-  if (!PyArg_ParseTuple(args, "O!KIKIds", &PyList_Type, &ops, &ready, &rtok, &done, &dval, &timeout, &label))
+  if (!PyArg_ParseTuple(args, "O!KIKIds|K", &PyList_Type, &ops, &ready, &rtok, &done, &dval, &timeout, &label,
+                        &gate))
     return NULL;
   if (check_open(self) < 0) return NULL;
   batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_STAGED);
@@ -1056,6 +1068,7 @@ static PyObject *Engine_staged(Engine *self, PyObject *args) {
   }
   b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
   b->ready_tok = rtok;
+  b->gate = gate ? (volatile uint32_t *)(uintptr_t)gate : NULL;
   b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
   b->done_val = dval;
   b->ordered = b->done != NULL;

@@ -9,6 +9,8 @@ device and memory component, and what runs device algorithms on this layout:
 """
 from __future__ import annotations
 
+import ctypes
+
 from collections import Counter
 from typing import Any, Optional, Tuple
 
@@ -90,6 +92,7 @@ class DeviceSide:
             # the communicator's own engine: staged steps on the caller's stream (hpccl/netstep.py)
             from .netstep import StagedNet, StagedPrimitives, StagedRunner
             net = StagedNet(engine.eng, self.device, engine)
+            net.gate = lambda: node_error_word(comm)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
             self.proxy = StagedRunner(net, self.prim, self.device, fail, capturable=comm.local_size == 1)
             self.path = "staged steps on the network engine"
@@ -183,6 +186,17 @@ def registrable(comm: Any, buf: Any, what: str) -> Tuple[Any, Any]:
         raise HpcclUnsupported(f"{what}: zero-copy kernels serve communicators of one node; this one spans "
                                f"{comm.num_nodes} nodes (its GPU calls go through the network proxy)")
     return eng, flat
+
+
+def node_error_word(comm: Any) -> int:
+    """Host address of the GPU error word of this rank's node step when ``comm`` is hier's network
+    sub-communicator (0 otherwise): set by a local death, abort or timeout, it stops the network step
+    after it from sending a node result that is not whole."""
+    parent = getattr(comm, "_parent", None)
+    intra = parent._sub.get("intra") if parent is not None else None
+    dev = getattr(intra, "_dev", None) if intra is not None else None
+    eng = dev.engine if dev is not None else None
+    return ctypes.addressof(eng._err) if eng is not None else 0
 
 
 def rank_device(local_rank: int, ndev: int) -> int:

@@ -67,6 +67,9 @@ class StagedNet:
         from .kernels import Driver
         self.eng = engine  # hpccl._netengine.Engine
         self.transport = transport  # its EngineTransport: who an abort named (step_error)
+        # the host address of a word that, set when a step's token comes, means its staged data is not whole
+        # (hier: the node step's GPU error word); the engine then sends nothing
+        self.gate: Optional[Callable[[], int]] = None
         self.device = device
         self.driver = Driver.get()
         self.timeout = float(config.get("HPCCL_TIMEOUT"))
@@ -168,7 +171,8 @@ class StagedNet:
             rc = d.write_value32(s, self.ready_d, self._tok, 0)
             if rc:
                 raise self._cuda("cuStreamWriteValue32", rc)
-            self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label)
+            self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label,
+                            self.gate() if self.gate is not None else 0)
             rc = d.wait_value32(s, self.done_d, self._val, WAIT_GEQ)
         if rc:
             raise self._cuda("cuStreamWaitValue32", rc)

@@ -179,3 +179,23 @@ def test_a_closed_peer_fails_a_waiting_receive_naming_it():
     finally:
         a.close()
         b.close()
+
+
+def test_a_gated_step_whose_node_failed_sends_nothing(pair):
+    """A staged step whose gate word (hier: the node step's GPU error word) is set when its token comes fails
+    at once, writes its done word, and sends nothing: the peer's receive of that step gets no data; the next
+    step, with the gate clear, is delivered."""
+    a, b = pair
+    words, addr = _words(5)  # a's ready and done, b's done, the gate, a's second done
+    gate = addr[3]
+    src = np.arange(16, dtype=np.uint8) + 1
+    dst = np.zeros(16, np.uint8)
+    b.staged([(ne.RECV, 0, dst.ctypes.data, dst.nbytes)], 0, 0, addr[2], 1, 2.0, "all_reduce #3")
+    words[3] = 2  # the node step failed before this step's token
+    a.staged([(ne.SEND, 1, src.ctypes.data, src.nbytes)], addr[0], 1, addr[1], 1, 5.0, "all_reduce #3", gate)
+    words[0] = 1  # the token
+    assert _until(lambda: words[1] == 1, 5.0), "a gated step left its done word unwritten"
+    code, peer, msg = a.error()
+    assert code == ne.E_ABORT and "nothing was sent" in msg
+    assert _until(lambda: words[2] == 1, 5.0)  # b's receive ended (its timeout): no data came
+    assert not dst.any(), "a gated step sent its data"
