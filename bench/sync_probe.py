@@ -24,7 +24,6 @@ def main() -> int:
     sizes = [8, 64 << 10, 1 << 20, 16 << 20]
     variants = [("spin", {"HPCCL_CUDA_SYNC": "spin"}, None), ("stream", {"HPCCL_CUDA_SYNC": "stream"}, None),
                 ("stream, ctypes", {"HPCCL_CUDA_SYNC": "stream", "HPCCL_COMPILED_LAUNCH": "0"}, None),
-                ("stream, no fence", {"HPCCL_CUDA_SYNC": "stream", "HPCCL_CUDA_SYNC_FENCE": "0"}, None),
                 ("stream+peek20us", {"HPCCL_CUDA_SYNC": "stream", "HPCCL_CUDA_SYNC_SPIN": "20"}, None),
                 ("kernels only", {"HPCCL_CUDA_SYNC": "stream"}, "kernels"),
                 ("memops only", {"HPCCL_CUDA_SYNC": "stream"}, "memops")]

@@ -131,9 +131,6 @@ _param("HPCCL_CUDA_SYNC", "auto", str.lower,
 _param("HPCCL_CUDA_SYNC_SPIN", 0, int,
        "Microseconds a one-block kernel of the stream-synchronised protocol watches the peers' words before "
        "the stream's own wait takes over (bounded, so it never holds a multiprocessor for long); 0: none.")
-_param("HPCCL_CUDA_SYNC_FENCE", True, _bool,
-       "Diagnostics only: 0 drops the memory fence the driver puts before each READY/FREE write of the "
-       "stream-synchronised protocol (measures its cost; results may then be wrong across GPUs).")
 _param("HPCCL_CUDA_THREADS", 512, int, "Threads per block of the GPU collective kernels (64..512).")
 _param("HPCCL_CUDA_BLOCK_BYTES", 8 << 10, _size,
        "Bytes per block below which a GPU collective uses fewer blocks (small-message latency).")

@@ -46,7 +46,6 @@ N_WORDS = W_PFREE + 2 * MAX_RANKS
 
 _OP_WAIT32, _OP_WRITE32 = 1, 2  # CU_STREAM_MEM_OP_WAIT_VALUE_32, CU_STREAM_MEM_OP_WRITE_VALUE_32
 _WAIT_EQ = 1                     # CU_STREAM_WAIT_VALUE_EQ
-_NO_FENCE = 1                    # CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER
 POLL_S = 0.01
 
 
@@ -136,18 +135,15 @@ class Ops:
         self.w = words
         self.me = words.rank
         self.peers = [p for p in range(words.n) if p != words.rank]
-        self.fence = 0 if config.get("HPCCL_CUDA_SYNC_FENCE") else _NO_FENCE
 
     def _wait(self, r: int, word: int) -> Tuple[int, int, int, int]:
         return (_OP_WAIT32, self.w.dptr(r, word), 1, _WAIT_EQ)
 
     def _write(self, r: int, word: int, value: int) -> Tuple[int, int, int, int]:
-        """A write that publishes data (READY, FREE): the driver fences the stream's earlier writes first."""
-        return (_OP_WRITE32, self.w.dptr(r, word), value, self.fence)
+        """A write; the driver fences the stream's earlier writes first (the v2 API has no unfenced write)."""
+        return (_OP_WRITE32, self.w.dptr(r, word), value, 0)
 
-    def _mark(self, r: int, word: int, value: int) -> Tuple[int, int, int, int]:
-        """A write that publishes nothing (a cleared word of this rank's, the busy word): no fence."""
-        return (_OP_WRITE32, self.w.dptr(r, word), value, _NO_FENCE)
+    _mark = _write  # a cleared word, the busy word
 
     def pre(self, par: int, p2p_peers: Optional[Sequence[int]] = None) -> List[tuple]:
         """Before writing into peers' regions of parity par: they have read the last data there."""
