@@ -45,34 +45,31 @@ def _local(comm: Any) -> list:
     return [t for t in comm._transports if getattr(t, "name", "") == "shm"]
 
 
+def _ask_local(comm: Any, ask: Callable[[Any], Any], rank_of: Callable[[Any, Callable[[int], int]], Any]) -> Any:
+    """``ask`` of comm's shared-memory transports, then of its parent's for a hier step (the answer's rank
+    put in comm's wire numbering by ``rank_of(answer, to_wire)``); None when none answers."""
+    for t in _local(comm):
+        a = ask(t)
+        if a is not None:
+            return a
+    parent = comm._parent
+    if parent is not None:
+        a = _ask_local(parent, ask, rank_of)
+        if a is not None:
+            return rank_of(a, lambda r: wire_rank(comm.parent_ranks, r))
+    return None
+
+
 def local_dead_peer(comm: Any) -> Optional[Tuple[int, str]]:
     """dead_peer() through shared memory alone (the node's processes, of comm and of the user's communicator
     for a hier step): safe off the caller's thread (the network proxy's waits), as it polls no channel."""
-    for t in _local(comm):
-        d = t.dead_peer()
-        if d is not None:
-            return d
-    parent = comm._parent
-    if parent is not None:
-        d = local_dead_peer(parent)
-        if d is not None:
-            return wire_rank(comm.parent_ranks, d[0]), d[1]
-    return None
+    return _ask_local(comm, lambda t: t.dead_peer(), lambda d, wire: (wire(d[0]), d[1]))
 
 
 def local_peer_aborted(comm: Any) -> Optional[int]:
     """peer_aborted() through shared memory alone (the abort flags of the node's ranks, comm's and the user's
     communicator's for a hier step), in comm's wire numbering: safe off the caller's thread."""
-    for t in _local(comm):
-        r = t.peer_aborted()
-        if r is not None:
-            return r
-    parent = comm._parent
-    if parent is not None:
-        r = local_peer_aborted(parent)
-        if r is not None:
-            return wire_rank(comm.parent_ranks, r)
-    return None
+    return _ask_local(comm, lambda t: t.peer_aborted(), lambda r, wire: wire(r))
 
 
 def await_steps(comm: Any, pending: Callable[[], bool], check: Optional[Callable[[], Optional[HpcclError]]] = None,

@@ -143,16 +143,17 @@ class Ops:
         """A write; the driver fences the stream's earlier writes first (the v2 API has no unfenced write)."""
         return (_OP_WRITE32, self.w.dptr(r, word), value, 0)
 
-    _mark = _write  # a cleared word, the busy word
+    def _take(self, base: int, peers: Sequence[int], par: int) -> List[tuple]:
+        """Wait for each peer's word [peer][par] of this rank's to be 1, and clear it."""
+        out: List[tuple] = []
+        for p in peers:
+            out.append(self._wait(self.me, base + 2 * p + par))
+            out.append(self._write(self.me, base + 2 * p + par, 0))
+        return out
 
     def pre(self, par: int, p2p_peers: Optional[Sequence[int]] = None) -> List[tuple]:
         """Before writing into peers' regions of parity par: they have read the last data there."""
-        base, peers = (W_FREE, self.peers) if p2p_peers is None else (W_PFREE, p2p_peers)
-        out: List[tuple] = []
-        for d in peers:
-            out.append(self._wait(self.me, base + 2 * d + par))
-            out.append(self._mark(self.me, base + 2 * d + par, 0))
-        return out
+        return self._take(W_FREE, self.peers, par) if p2p_peers is None else self._take(W_PFREE, p2p_peers, par)
 
     def signal(self, par: int, p2p_peers: Optional[Sequence[int]] = None) -> List[tuple]:
         """This rank's data of parity par is in the peers' regions."""
@@ -161,12 +162,7 @@ class Ops:
 
     def arrive(self, par: int, p2p_peers: Optional[Sequence[int]] = None) -> List[tuple]:
         """Wait until every peer's data of parity par is in this rank's regions."""
-        base, peers = (W_RDY, self.peers) if p2p_peers is None else (W_PRDY, p2p_peers)
-        out: List[tuple] = []
-        for s in peers:
-            out.append(self._wait(self.me, base + 2 * s + par))
-            out.append(self._mark(self.me, base + 2 * s + par, 0))
-        return out
+        return self._take(W_RDY, self.peers, par) if p2p_peers is None else self._take(W_PRDY, p2p_peers, par)
 
     def post(self, par: int) -> List[tuple]:
         return self.signal(par) + self.arrive(par)
@@ -177,7 +173,7 @@ class Ops:
         return [self._write(s, base + 2 * self.me + par, 1) for s in peers]
 
     def busy(self, value: int) -> List[tuple]:
-        return [self._mark(self.me, W_BUSY, value)]
+        return [self._write(self.me, W_BUSY, value)]
 
 
 class Batch:
@@ -207,13 +203,12 @@ class Program:
     """The stream operations of one call (batches and kernel launches, in order), built once per plan and
     replayed; the buffers are patched into every launch's arguments when they change."""
 
-    __slots__ = ("steps", "args", "_bufs", "kernels", "_packed", "_npacked")
+    __slots__ = ("steps", "args", "_bufs", "_packed", "_npacked")
 
     def __init__(self) -> None:
         self.steps: List[Callable[[int], int]] = []
         self.args: List[SafeArgs] = []
         self._bufs: Tuple[int, int, int] = (-1, -1, -1)
-        self.kernels = 0
         self._packed: Any = None
         self._npacked = -1
 
@@ -292,13 +287,14 @@ class Builder:
         s.par, s.par2, s.mode = par, par2, mode
         return s
 
-    def _kernel(self, prog: Program, name: str, dt: Optional[int], args: SafeArgs, nbytes: int) -> None:
+    def _kernel(self, prog: Program, name: str, dt: Optional[int], args: SafeArgs, nbytes: int,
+                bound: bool = True) -> None:
+        """A launch of ``nbytes`` of work; ``bound``: its buffers are the call's (patched by bind())."""
         eng = self.eng
         grid = max(1, min(eng.safe_blocks, -(-nbytes // eng.block_bytes)))
-        func = eng.kernels.func(name, dt)
-        prog.steps.append(Launch(eng.driver, func, grid, eng.threads, [args]))
-        prog.args.append(args)
-        prog.kernels += 1
+        prog.steps.append(Launch(eng.driver, eng.kernels.func(name, dt), grid, eng.threads, [args]))
+        if bound:
+            prog.args.append(args)
 
     def _arrive(self, prog: Program, par: int, before: Sequence[tuple] = (), after: Sequence[tuple] = ()) -> None:
         """Wait for every peer's parity-par data: a bounded look first (hp_s_peek, HPCCL_CUDA_SYNC_SPIN),
@@ -421,10 +417,7 @@ class Builder:
         s = self._args(0, 0, 0, nbytes, 0, 0, self.words.rank)
         s.c.send, s.c.recv = src, dst
         s.c.aligned = 1 if ((src | dst) & 15) == 0 else 0
-        eng = self.eng
-        grid = max(1, min(eng.safe_blocks, -(-nbytes // eng.block_bytes)))
-        prog.steps.append(Launch(eng.driver, eng.kernels.func("hp_s_copyout"), grid, eng.threads, [s]))
-        prog.kernels += 1  # its buffers are fixed: not in prog.args, bind() leaves them alone
+        self._kernel(prog, "hp_s_copyout", None, s, nbytes, bound=False)  # fixed buffers: bind() leaves them
 
 
 class Watchdog:
@@ -435,7 +428,6 @@ class Watchdog:
     def __init__(self, eng: Any, words: Optional[Words], shm: Any) -> None:
         self.eng, self.words, self.shm = eng, words, shm
         self.dead: Optional[Tuple[int, str]] = None
-        self.stuck_since: Optional[float] = None
         self._stop = threading.Event()
         self._timeout = float(config.get("HPCCL_TIMEOUT"))
         self._thread = threading.Thread(target=self._run, name="hpccl-gpu-watchdog", daemon=True)
@@ -479,7 +471,6 @@ class Watchdog:
             if p != last_prog:
                 last_prog, last_change = p, now
             elif now - last_change > self._timeout:
-                self.stuck_since = last_change
                 if err.value == 0:
                     err.value = ERR_TIMEOUT
                 log.warn("GPU", "stream-synchronised call stuck for %.1f s: released (timeout)", now - last_change)

@@ -138,13 +138,12 @@ def _hog_owner(comm, dev):
     return keys.index(me) == comm.rank
 
 
-def test_collectives_beside_another_process(world):
-    """Another process keeps ~90% of the GPU's SMs busy with its own kernels for the whole test."""
-    import cupy
-    comm, dev = world
+def _start_hog(comm, dev, *args):
+    """tests/scripts/gpu_hog.py on the lowest rank of each GPU, once it reports ready (the test fails on every
+    rank if it does not); its process, or None on the other ranks."""
     proc, started = None, ""
     if _hog_owner(comm, dev):
-        proc = subprocess.Popen([sys.executable, HOG, str(dev), "--fraction", "0.9", "--ms", "5"],
+        proc = subprocess.Popen([sys.executable, HOG, str(dev), *args],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         started = proc.stdout.readline()
         if not started.startswith("ready"):
@@ -152,6 +151,14 @@ def test_collectives_beside_another_process(world):
     bad = [s for s in comm.mpi_comm.allgather(started) if s and not s.startswith("ready")]
     if bad:
         pytest.fail("; ".join(bad))
+    return proc
+
+
+def test_collectives_beside_another_process(world):
+    """Another process keeps ~90% of the GPU's SMs busy with its own kernels for the whole test."""
+    import cupy
+    comm, dev = world
+    proc = _start_hog(comm, dev, "--fraction", "0.9", "--ms", "5")
     try:
         t0 = time.time()
         stream = cupy.cuda.Stream(non_blocking=True)
@@ -264,16 +271,7 @@ def test_a_kernel_that_never_ends_gives_a_timeout_not_a_hang(world, monkeypatch)
     sub.synchronize()
     x[:] = 7
     _made()
-    proc, started = None, ""
-    if _hog_owner(comm, dev):
-        proc = subprocess.Popen([sys.executable, HOG, str(dev), "--fraction", "1.0", "--ms", "20000", "--once"],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        started = proc.stdout.readline()
-        if not started.startswith("ready"):
-            started = f"rank {comm.rank}: the GPU hog did not start: {started}{proc.stdout.read()}"
-    bad = [s for s in comm.mpi_comm.allgather(started) if s and not s.startswith("ready")]
-    if bad:
-        pytest.fail("; ".join(bad))
+    proc = _start_hog(comm, dev, "--fraction", "1.0", "--ms", "20000", "--once")
     t0 = time.time()
     try:
         stream = cupy.cuda.Stream(non_blocking=True)
