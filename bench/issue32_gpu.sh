@@ -40,7 +40,7 @@ fi
 if has kill; then
   echo "=== SIGKILL / SIGSTOP at every position, 2 and 3 nodes x 2 ranks, GPU buffers ($(date -u +%T))"
   HPCCL_TEST_HIER_BUF=cupy timeout ${T_KILL:-300} python3 -m pytest tests/test_failures.py -q -p no:cacheprovider --color=no \
-    -rs -s -k "hier_dead or hier_stopped" 2>&1 | grep -a -E "passed|failed|FAILED|Error|ranks, rank|stopped|assert" | tail -40 || rc=1
+    -rs -s -k "hier_dead or hier_stopped" 2>&1 | tee "$OUT/kill_full.log" | grep -a -E "passed|failed|FAILED|Error|ranks, rank|stopped|assert" | tail -40 || rc=1
 fi
 if has probe; then
   echo "=== where the stream-synchronised protocol's time goes, 2 ranks ($(date -u +%T))"

@@ -210,7 +210,7 @@ class Communicator:
                 try:
                     self._sub[kind].synchronize()
                 except HpcclError as exc:  # the user's numbering already (the step's synchronize)
-                    exc = in_call(exc)
+                    exc = in_call(exc, self)
                     self.abort(failures.origin(self, exc))  # a failed step fails the user's communicator
                     raise exc from None
 

@@ -323,18 +323,22 @@ def _same_numbering(exc: HpcclError, out: HpcclError) -> HpcclError:
     return out
 
 
-def in_call(exc: HpcclError) -> HpcclError:
+def in_call(exc: HpcclError, comm: Any = None) -> HpcclError:
     """A hier network step's error raised after its call returned (by synchronize, from a held stream's
     step; its ranks already the user's): named after the user's call and the step, as recorded when the
-    step was enqueued, like the error of a step that fails inside its call (as_call, which also surveys
-    the peers)."""
+    step was enqueued, like the error of a step that fails inside its call (as_call). A timeout of the
+    user's latest call is surveyed at comm's level as as_call does: the step's peer may itself be waiting in
+    another step, on the rank that never came."""
     at = getattr(exc, "in_call", None)
     if at is None:
         return exc
     coll, seq, step = at
     where = f"in its hierarchical {step}"
     if isinstance(exc, HpcclTimeoutError):
-        return _same_numbering(exc, HpcclTimeoutError(coll, seq, exc.missing, _timeout(exc), where))
+        missing = exc.missing
+        if comm is not None and seq == comm._seq and survey(comm):
+            missing = comm._waiter.missing(exc.missing, surveyed=True)
+        return _same_numbering(exc, HpcclTimeoutError(coll, seq, missing, _timeout(exc), where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
         return _same_numbering(exc, _in_user_call(exc, coll, seq, where))
     return exc

@@ -301,7 +301,10 @@ def test_hier_dead_rank_is_named_by_every_survivor(n, victim, tmp_path):
     assert sorted(rows) == [r for r in range(n) if r != victim], outs
     for r, row in rows.items():
         assert row.get("error") == "HpcclRemoteError" and row["failed"] == victim, (r, row)
-        assert f"rank {victim} " in row["message"] and "hierarchical step" in row["message"], (r, row)
+        assert f"rank {victim} " in row["message"], (r, row)
+        # host buffers: the step that met it is named; on GPU buffers the death is mostly seen by the node's
+        # watch while synchronize waits on the GPU, after the call (and its steps) were enqueued
+        assert _HIER_BUF == "cupy" or "hierarchical step" in row["message"], (r, row)
         assert row["at"] - at < 3.0, (r, row, row["at"] - at)
         assert codes[r] == 0, outs[r][-2000:]
     _nothing_left()
