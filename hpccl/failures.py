@@ -341,6 +341,11 @@ def in_call(exc: HpcclError, comm: Any = None) -> HpcclError:
         return _same_numbering(exc, HpcclTimeoutError(coll, seq, missing, _timeout(exc), where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
         return _same_numbering(exc, _in_user_call(exc, coll, seq, where))
+    r = peer_aborted(comm) if comm is not None else None
+    if r is not None and r != comm.rank:
+        # the step was ended by an abort whose origin lies outside its sub-communicator (its engine keeps
+        # only its own ranks): the user's communicator heard who failed
+        return to_user(comm, HpcclRemoteError.aborted(coll, seq, r, [], f"; {where}"))
     return exc
 
 

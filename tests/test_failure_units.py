@@ -247,3 +247,36 @@ def test_synchronize_watch_names_the_failure_in_the_users_numbering():
     assert got.rank == 3 and time.monotonic() - t0 < 0.5
     polls = iter(range(5))
     assert failures.await_steps(user, lambda: next(polls, None) is not None, lambda: None) is None
+
+
+def test_a_late_step_timeout_is_surveyed_at_the_users_call():
+    """A network step's timeout raised by synchronize (issue 32's SIGSTOP at 2 nodes x 2 on GPU buffers):
+    the step waited on its inter peer, which itself waits in its intra step on the stopped rank; surveyed at
+    the user's communicator, the rank that never came is named (the waiter's answer), not the step's peer.
+    A step of an earlier call than the user's latest is not surveyed (its answers would be another call's)."""
+    user, intra, inter = _rank5_of_3x2()
+    survey_type = type("Asks", (Transport,), {"survey": lambda self, peers, s: None, "isend": None,
+                                             "irecv": None, "close": None, "abort": lambda self, o: None,
+                                             "peer_aborted": lambda self: None})
+    user._transports = [survey_type()]
+    user._waiter.missing = lambda peers, surveyed=False: [2] if surveyed else list(peers)
+    raw = HpcclTimeoutError("all_reduce", 6, [1], 2.0, "a GPU network step")
+    raw.in_call = ("all_reduce", 6, "step 2 (inter all_reduce)")
+    late = failures.in_call(to_user(inter, raw), user)
+    assert isinstance(late, HpcclTimeoutError) and late.missing == [2], str(late)
+    assert "waiting for rank(s) [2] (in its hierarchical step 2 (inter all_reduce))" in str(late)
+    user._seq = 7  # the user has called again since: the step's own answer stands
+    assert failures.in_call(to_user(inter, raw), user).missing == [3]
+
+
+def test_a_step_ended_by_an_abort_from_outside_names_the_rank_the_user_communicator_heard():
+    """A step's engine keeps only its own ranks as an abort's origin, so a step ended by an abort that passes
+    on user rank 2 (outside inter [1, 3, 5]) fails without a rank; the user's communicator heard rank 2."""
+    user, intra, inter = _rank5_of_3x2()
+    bare = HpcclSystemError("all_reduce #6, step 2 (inter all_reduce): the communicator was aborted")
+    bare.in_call = ("all_reduce", 6, "step 2 (inter all_reduce)")
+    assert failures.in_call(bare, user) is bare  # nobody heard of a failure: as it was
+    user._transports[0].heard = 2
+    out = failures.in_call(bare, user)
+    assert isinstance(out, HpcclRemoteError) and out.rank == 2, str(out)
+    assert "rank 2 failed" in str(out) and "hierarchical step 2 (inter all_reduce)" in str(out)
