@@ -31,6 +31,10 @@ typedef unsigned int u32;
 #define HPCCL_ERR_ABORT 2u    // a rank of the node aborted (set by its host, hpccl/transport/shm.py)
 #define HPCCL_ERR_MISMATCH 3u // ranks passed registered buffers at different registrations/offsets
 #define HPCCL_ERR_DEAD 4u     // a local peer's process is gone (set by the host's watchdog, hpccl/gpu_sync.py)
+#define HPCCL_ERR_NET 5u      // this rank's network step before this kernel failed (set by hpccl/_netengine.c)
+// 16 + k: local rank k's error word was set when this rank's stream-synchronised kernel began, so what k
+// signalled as ready is not data (k's kernels write nothing once its word is set; its stream still signals)
+#define HPCCL_ERR_PEER 16u
 
 struct CommArgs {
   const char* send;      // this rank's input
@@ -91,6 +95,7 @@ struct SafeArgs {
   int par2;       // parity of the regions a reduction forwards its result into (-1: none)
   int mode;       // per kernel, see there
   int pad_;
+  u32* perr[HPCCL_MAX_RANKS];  // every local rank's error word (host-mapped; perr[rank] == c.err)
 };
 
 // ---- system-scope synchronisation -------------------------------------------------------------------
@@ -261,4 +266,4 @@ static_assert(sizeof(CommArgs) == 224, "CommArgs layout changed: update hpccl/ke
 static_assert(sizeof(P2POp) == 32, "P2POp layout changed: update hpccl/kernels.py");
 static_assert(sizeof(P2PArgs) == 744, "P2PArgs layout changed: update hpccl/kernels.py");
 static_assert(sizeof(RegArgs) == 360, "RegArgs layout changed: update hpccl/kernels.py");
-static_assert(sizeof(SafeArgs) == 272, "SafeArgs layout changed: update hpccl/kernels.py");
+static_assert(sizeof(SafeArgs) == 336, "SafeArgs layout changed: update hpccl/kernels.py");

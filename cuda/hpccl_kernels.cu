@@ -155,10 +155,11 @@ __device__ __forceinline__ void hp_reduce_n(const CommArgs& a, const Ctx& c, int
   __syncthreads();                                             \
   u32* ctr = c.flags[a.rank] + HPCCL_CTR_COLL + blockIdx.x;    \
   if (threadIdx.x == 0) {                                      \
-    s_fail = 0;                                                \
+    s_fail = *(volatile u32*)a.err != 0u;                      \
     s_base = *ctr;                                             \
   }                                                            \
   __syncthreads();                                             \
+  if (s_fail) return;                                          \
   u32 gen = s_base;
 
 #define HP_EPILOGUE                       \
@@ -388,10 +389,11 @@ __device__ __forceinline__ bool hp_reg_sync(const RegArgs& r, const RCtx& c, u32
       c.dst[i] = r.dst[i];                                               \
       c.flags[i] = r.c.flags[i];                                         \
     }                                                                    \
-    s_fail = 0;                                                          \
+    s_fail = *(volatile u32*)a.err != 0u;                                \
     s_base = c.flags[a.rank][HPCCL_CTR_REG + blockIdx.x];                \
   }                                                                      \
   __syncthreads();                                                       \
+  if (s_fail) return;                                                    \
   u32* ctr = c.flags[a.rank] + HPCCL_CTR_REG + blockIdx.x;               \
   u32 gen = s_base;
 
@@ -532,7 +534,8 @@ struct SCtx {
   const char* src[HPCCL_MAX_RANKS];
   char* fwd[HPCCL_MAX_RANKS];
   int nfwd;
-  int live;
+  u32 bad;  // bit k: local rank k's error word is set (this rank's own included); bit 16 + k: set for a
+            // cause of its own, not because a peer of its failed (ERR_PEER), so the cause is named
 };
 
 __device__ __forceinline__ char* hp_region(const CommArgs& a, const SCtx& c, int dst, int par, int src) {
@@ -556,18 +559,31 @@ __device__ __forceinline__ void hp_share(u64 len, u64* lo, u64* hi) {
 }
 
 // Prologue of every stream-synchronised kernel: peers' areas into shared memory, a sign of life for the
-// watchdog, and nothing at all once the error word is set (an abort or a timeout: no half-written output).
+// watchdog, and nothing at all once this rank's or a local peer's error word is set (an abort, a timeout,
+// a failed network step before it: no half-written output, and a peer's "ready" that carries no data is
+// never read as data; the first such peer, preferring one that failed for a cause of its own, goes into
+// this rank's word, so its host raises).
 #define HP_S_PROLOGUE                                                                 \
   const CommArgs& a = s.c;                                                            \
   __shared__ SCtx c;                                                                  \
   if (threadIdx.x == 0) {                                                             \
     _Pragma("unroll") for (int i = 0; i < HPCCL_MAX_RANKS; ++i) c.stage[i] = a.stage[i]; \
     c.nfwd = 0;                                                                       \
-    c.live = *(volatile u32*)a.err == 0u;                                             \
+    c.bad = 0u;                                                                       \
     if (blockIdx.x == 0) *(volatile u32*)s.prog = *(volatile u32*)s.prog + 1u;        \
   }                                                                                   \
   __syncthreads();                                                                    \
-  if (!c.live) return;                                                                \
+  if (threadIdx.x < a.nranks) {                                                       \
+    const u32 e = *(volatile u32*)s.perr[threadIdx.x];                                \
+    if (e != 0u) atomicOr(&c.bad, (e < HPCCL_ERR_PEER ? 0x10001u : 1u) << threadIdx.x); \
+  }                                                                                   \
+  __syncthreads();                                                                    \
+  if (c.bad) {                                                                        \
+    const u32 why = (c.bad >> 16) ? (c.bad >> 16) : (c.bad & 0xFFFFu);                \
+    if (threadIdx.x == 0 && !(c.bad & (1u << a.rank)))                                \
+      atomicCAS_system(a.err, 0u, HPCCL_ERR_PEER + (u32)(__ffs(why) - 1));            \
+    return;                                                                           \
+  }                                                                                   \
   asm volatile("fence.acq_rel.sys;" ::: "memory");
 
 // A bounded look at the words the stream is about to wait on (thread s watches peer s's word, words two

@@ -47,6 +47,7 @@
 #define MAX_TEMPLATES 0xFFFF
 #define MAX_PER_PEER 128
 #define CTRL_WORDS 3
+#define ERR_NET_WORD 5u /* cuda/hpccl_device.cuh HPCCL_ERR_NET: the node error word of a failed gated step */
 #define CTRL_RING 256
 
 enum { K_SEND = 0, K_RECV = 1 };
@@ -80,7 +81,8 @@ struct batch {
   int bkind, nops, left, unsent;
   op_t *ops;
   volatile uint32_t *ready; uint32_t ready_tok;  /* sends wait for *ready >= ready_tok (wrap-safe) */
-  volatile uint32_t *gate;   /* nonzero when the token comes: the staged data is not whole, send nothing */
+  volatile uint32_t *gate;   /* nonzero when the token comes: the staged data is not whole, send nothing;
+                                set (ERR_NET_WORD) when this batch fails, before its done word */
   volatile uint32_t *done; uint32_t done_val;    /* written when the batch ends, ok or not */
   int ordered;               /* an eager batch with a done word: done words written in FIFO order */
   double t0, timeout;        /* timeout 0: none (the caller's waiter has one) */
@@ -146,6 +148,7 @@ typedef struct engine {
 } Engine;
 
 static PyObject *HpErr;  /* _netengine.EngineError: (code, peer, message) */
+
 
 /* ----- batches ---------------------------------------------------------------------------------------- */
 static batch_t *batch_new(int nops, int bkind) {
@@ -369,6 +372,13 @@ static void end_batch(Engine *e, batch_t *b) {
 }
 
 static void write_done(batch_t *b) {
+  if (b->ecode && b->gate) {
+    /* the gate is this rank's node error word: set before the stream goes on, so the node's kernels after
+       this step write nothing and its local peers never read what this step left as data */
+    uint32_t zero = 0;
+    __atomic_compare_exchange_n((uint32_t *)b->gate, &zero, (uint32_t)ERR_NET_WORD, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+  }
   if (b->done) __atomic_store_n(b->done, b->done_val, __ATOMIC_RELEASE);
 }
 

@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import config, gpu_sync, log
 from .errors import HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported
 from .transport.shm import _I_DEVSEQ
-from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_DEAD, ERR_MISMATCH, ERR_TIMEOUT, MAX_BLOCKS, MAX_P2P_OPS, MAX_RANKS, OP_IDS,
+from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_DEAD, ERR_MISMATCH, ERR_NET, ERR_PEER, ERR_TIMEOUT, MAX_BLOCKS,
+                      MAX_P2P_OPS, MAX_RANKS, OP_IDS,
                       CommArgs, Driver, FastState, Kernels, Launch, P2PArgs, RegArgs)
 from .gpu_sync import Bound, Builder, Program, Watchdog, Words
 from .memory.cuda import DeviceMemory, device_view, stream_handle
@@ -268,6 +269,10 @@ class CudaComm:
         origin = self.comm._peer_aborted() if code == ERR_ABORT else None
         if code == ERR_DEAD and self.watchdog.dead is not None:
             origin = self.watchdog.dead[0]  # the peers hear of the dead rank, not of this survivor
+        if code == ERR_NET or code >= ERR_PEER:
+            # a network step of this rank (ERR_NET) or of a local peer (ERR_PEER + k) failed before this
+            # rank's kernels: name the rank whose failure the abort that follows it carries
+            origin = self._heard_origin(None if code == ERR_NET else code - ERR_PEER)
         try:
             self.comm.abort(origin)
         except Exception:  # noqa: BLE001
@@ -281,6 +286,13 @@ class CudaComm:
             raise HpcclRemoteError.aborted(self._what if what == "synchronize" else what, self.fs.seq, origin,
                                            behind or others,
                                            f"; rank(s) that never launched it: {behind}" if behind else "")
+        if code == ERR_NET or code >= ERR_PEER:
+            call = self._what if what == "synchronize" else what
+            if origin is not None and origin != self.comm.rank:
+                raise HpcclRemoteError.aborted(call, self.fs.seq, origin, [origin], "; its node step did not run "
+                                               "on data that was not whole")
+            raise HpcclSystemError(f"{call}: a network step of this node failed before it (synchronize() "
+                                   "raises that step's error); its node step did not run")
         if code == ERR_MISMATCH:
             raise HpcclInvalidUsage(f"{self._what if what == 'synchronize' else what}: the ranks called it "
                                     "on registered buffers that differ (registration, offset, size, root or "
@@ -295,6 +307,17 @@ class CudaComm:
             raise HpcclTimeoutError(self._what if what == "synchronize" else what, self.fs.seq, missing,
                                     config.get("HPCCL_TIMEOUT"), detail)
         raise HpcclSystemError(f"GPU collective failed with device error code {code}")
+
+    def _heard_origin(self, peer: Optional[int]) -> Optional[int]:
+        """The rank the abort that follows a failed network step names: for a local peer's step (``peer``)
+        waited for a moment (that rank aborts right after its engine set its word), else ``peer`` itself;
+        for this rank's own step only what has been heard already (its own host aborts after this)."""
+        end = time.monotonic() + (1.0 if peer is not None else 0.0)
+        while True:
+            r = self.comm._peer_aborted()
+            if r is not None or time.monotonic() >= end:
+                return r if r is not None else peer
+            time.sleep(1e-3)
 
     def stuck_ranks(self) -> Tuple[List[int], str]:
         """Who a timed-out GPU call waited for, read from the node's shared memory: ranks that never launched

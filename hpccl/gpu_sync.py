@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import config, log
 from .errors import HpcclSystemError
-from .kernels import ERR_DEAD, ERR_TIMEOUT, MAX_RANKS, CommArgs, Driver, Launch, SafeArgs
+from .kernels import ERR_DEAD, ERR_NET, ERR_PEER, ERR_TIMEOUT, MAX_RANKS, CommArgs, Driver, Launch, SafeArgs
 
 # u32 word indexes in a rank's sync area (transport/shm.py gpu_sync_address)
 W_PROG, W_BUSY = 0, 1
@@ -93,6 +93,7 @@ class Words:
         self.rank, self.n, self.driver = rank, ranks, driver
         self.host: List[Any] = []
         self.dev: List[int] = []
+        self.err_dev: List[int] = []  # every local rank's GPU error word (SafeArgs.perr)
         self._pages: List[int] = []
         for r in range(ranks):
             addr = shm.gpu_sync_address(r)
@@ -102,6 +103,7 @@ class Words:
                 self._pages.append(page)
             self.host.append((ctypes.c_uint32 * N_WORDS).from_address(addr))
             self.dev.append(driver.host_device_pointer(addr))
+            self.err_dev.append(driver.host_device_pointer(shm.gpu_error_word(r)))  # same page
         me = self.host[rank]
         for w in range(N_WORDS):
             me[w] = 0
@@ -285,6 +287,9 @@ class Builder:
         s.c.slot = self.region if region is None else region
         s.off, s.rstride, s.limit, s.prog = off, rstride, limit, self.prog_dev
         s.par, s.par2, s.mode = par, par2, mode
+        for r, d in enumerate(self.words.err_dev):
+            s.perr[r] = d
+        s.perr[self.words.rank] = s.c.err  # the word this rank's kernels poll (private when not shared)
         return s
 
     def _kernel(self, prog: Program, name: str, dt: Optional[int], args: SafeArgs, nbytes: int,

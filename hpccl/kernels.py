@@ -21,6 +21,8 @@ ERR_TIMEOUT = 1
 ERR_ABORT = 2  # set by a rank's abort in every local rank's error word (hpccl/transport/shm.py)
 ERR_MISMATCH = 3  # ranks passed registered buffers at different registrations or offsets
 ERR_DEAD = 4  # a local peer's process is gone (set by the watchdog of hpccl/gpu_sync.py)
+ERR_NET = 5  # this rank's network step before the kernel failed (set by the engine, hpccl/_netengine.c)
+ERR_PEER = 16  # + k: local rank k's error word was set when a stream-synchronised kernel of this rank began
 # word offsets in a rank's flag area (cuda/hpccl_device.cuh)
 FL_COLL = 0
 CTR_SEND = 3 * MAX_RANKS * MAX_BLOCKS + MAX_BLOCKS
@@ -52,7 +54,7 @@ class SafeArgs(ctypes.Structure):
     """One launch of the stream-synchronised kernels (hpccl/gpu_sync.py)."""
     _fields_ = [("c", CommArgs), ("off", ctypes.c_uint64), ("rstride", ctypes.c_uint64), ("limit", ctypes.c_uint64),
                 ("prog", ctypes.c_uint64), ("par", ctypes.c_int32), ("par2", ctypes.c_int32), ("mode", ctypes.c_int32),
-                ("pad_", ctypes.c_int32)]
+                ("pad_", ctypes.c_int32), ("perr", ctypes.c_uint64 * MAX_RANKS)]
 
 
 class P2POp(ctypes.Structure):

@@ -253,6 +253,39 @@ def test_gpu_timeout_names_ranks_that_never_launched():
     assert CudaComm.never_launched(fake) == []
 
 
+def test_a_node_step_stopped_by_a_failed_network_step_names_the_rank_at_fault():
+    """The error word a failed hier network step sets (ERR_NET, this rank's own step) or a kernel sets on
+    seeing it in a local peer's word (ERR_PEER + k): the rank raises naming the rank the abort that follows
+    carries; without one heard, local rank k for a peer's step (after a moment), and for its own step an
+    HpcclSystemError that points at synchronize, never "aborted on this rank". Host-only, with stand-ins."""
+    import ctypes
+    import types
+    from hpccl.cuda_comm import CudaComm
+    from hpccl.errors import HpcclRemoteError, HpcclSystemError
+    from hpccl.kernels import ERR_NET, ERR_PEER
+
+    def fake(word, heard):
+        told = []
+        f = types.SimpleNamespace(_err=ctypes.c_uint32(word), _failed=False, fs=types.SimpleNamespace(seq=6, live=1),
+                                  drop=lambda: None, _what="all_gather", watchdog=types.SimpleNamespace(dead=None),
+                                  comm=types.SimpleNamespace(rank=0, size=2, abort=told.append,
+                                                             _peer_aborted=lambda: heard))
+        f._heard_origin = types.MethodType(CudaComm._heard_origin, f)
+        return f, told
+
+    f, told = fake(ERR_PEER + 1, None)
+    with pytest.raises(HpcclRemoteError) as info:
+        CudaComm._fail(f, "synchronize")
+    assert info.value.rank == 1 and "all_gather #6" in str(info.value) and told == [1]
+    f, told = fake(ERR_PEER + 1, -5)  # the abort names user rank 3 (outside this 2-rank node: -(3+2))
+    with pytest.raises(HpcclRemoteError) as info:
+        CudaComm._fail(f, "synchronize")
+    assert info.value.rank == -5 and told == [-5]
+    f, told = fake(ERR_NET, None)
+    with pytest.raises(HpcclSystemError, match="network step of this node failed"):
+        CudaComm._fail(f, "all_gather")
+
+
 # ----- hier layouts (several nodes, several ranks each): a dead or stopped rank, every position -----------
 # HPCCL_TEST_HIER_BUF=cupy runs the same cases on GPU buffers (tests/scripts/hier_die.py, BUF=cupy; the GPU
 # machine's variant, never set in CI)

@@ -69,7 +69,7 @@ def make_ranks(mem: Memory, n: int, buffer_bytes: int):
     lay = Layout(buffer_bytes, n)
     stage = [mem.alloc(lay.total) for _ in range(n)]
     hdr = [mem.alloc(4096) for _ in range(n)]
-    shm = SimpleNamespace(gpu_sync_address=lambda r: hdr[r] + 2048)
+    shm = SimpleNamespace(gpu_sync_address=lambda r: hdr[r] + 2048, gpu_error_word=lambda r: hdr[r] + 384)
     kern = FakeKernels()
     ranks = []
     for r in range(n):
@@ -96,7 +96,15 @@ def run_kernel(mem: Memory, name: str, s: SafeArgs, dtype, reads: list) -> None:
     """What the CUDA kernel of that name does with these arguments (cuda/hpccl_kernels.cu)."""
     a = s.c
     n, rank = a.nranks, a.rank
-    if mem.view(a.err, 4).view(np.uint32)[0]:
+    assert s.perr[rank] == a.err
+    words = [int(mem.view(s.perr[k], 4).view(np.uint32)[0]) for k in range(n)]
+    bad = [k for k in range(n) if words[k]]
+    if bad:  # this rank's or a local peer's error word: nothing written; in its own word the first peer,
+        # preferring one whose word names a cause of its own (not ERR_PEER)
+        own = mem.view(a.err, 4).view(np.uint32)
+        cause = [k for k in bad if words[k] < gpu_sync.ERR_PEER] or bad
+        if rank not in bad:
+            own[0] = gpu_sync.ERR_PEER + cause[0]
         return
 
     def region(dst, par, src):
@@ -396,7 +404,7 @@ def test_memop_struct_matches_the_driver():
     assert ctypes.sizeof(gpu_sync.MemOp) == 48
     assert gpu_sync.MemOp.address.offset == 8 and gpu_sync.MemOp.value.offset == 16
     assert gpu_sync.MemOp.flags.offset == 24
-    assert ctypes.sizeof(SafeArgs) == 272
+    assert ctypes.sizeof(SafeArgs) == 336
 
 
 def test_compiled_runner_issues_every_step_in_order():
@@ -453,3 +461,44 @@ def test_compiled_runner_issues_every_step_in_order():
     capturing[0], fail_at[0] = 0, 2
     rc, done = run(*addr, prog.packed(), n, 77, 99)
     assert rc != 0 and done == 2 and len(calls) == 3
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "all_gather"])
+def test_a_peer_whose_error_word_is_set_is_never_read_as_data(coll):
+    """Issue 32's wrong result (GPU buffers, 3 nodes x 2, a rank killed): a rank whose network step failed
+    has its error word set (by the engine) before its node step; its kernels then write nothing, but its
+    stream still signals "ready". Its local peers must not take that for data: their kernels see its word,
+    write nothing either, and set their own word to ERR_PEER + its rank, so their hosts raise. Under every
+    interleaving no survivor's output changes and no region of the failed rank is read."""
+    mem = Memory(16 << 20)
+    n = 3
+    ranks, kern, lay = make_ranks(mem, n, 256 << 10)
+    for seed in range(4):
+        for rk in ranks:  # a fresh start: words at rest, error words clear
+            rk.words.host[rk.words.rank][gpu_sync.W_BUSY] = 0
+            mem.view(rk.eng.args.err, 4).view(np.uint32)[0] = 0
+        progs, outs = [], []
+        for r, rk in enumerate(ranks):
+            nb = 4000
+            prog = (rk.b.one_pass(0, "reduce", 8, 0, nb, 0, 0, -1) if coll == "all_reduce"
+                    else rk.b.one_pass(0, "copy", None, None, nb, 0, nb, -1))
+            send, recv = mem.alloc(nb), mem.alloc(nb * n)
+            mem.view(send, nb)[:] = r + 1
+            mem.view(recv, nb * n)[:] = 0xEE
+            prog.bind(send, recv, 1)
+            progs.append(prog)
+            outs.append((recv, nb * n))
+        failed = seed % n
+        mem.view(ranks[failed].eng.args.err, 4).view(np.uint32)[0] = gpu_sync.ERR_NET
+        log = run_programs(mem, kern, progs, np.float32, seed)
+        assert not any(kind == "r" and src == failed for kind, _d, _p, src in log), "a failed rank's region was read"
+        for r in range(n):
+            assert (mem.view(*outs[r]) == 0xEE).all(), f"rank {r}'s output was written"
+            word = mem.view(ranks[r].eng.args.err, 4).view(np.uint32)[0]
+            assert word == (gpu_sync.ERR_NET if r == failed else gpu_sync.ERR_PEER + failed), (r, word)
+        for rk in ranks:  # the watchdog's release after an error: every wait satisfied again for the next seed
+            rk.words.release_all()
+            w = rk.words.host[rk.words.rank]
+            for d in range(n):
+                for p in (0, 1):
+                    w[gpu_sync.W_RDY + 2 * d + p], w[gpu_sync.W_FREE + 2 * d + p] = 0, 1

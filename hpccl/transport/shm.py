@@ -414,9 +414,10 @@ class ShmTransport(Transport):
         return ([self._segs[r].u8.ctypes.data for r in self.ranks], [int(self._segs[r].q[_I_PID]) for r in self.ranks],
                 8 * _I_ARRIVED, 8 * _I_HOT, lay.hot_off, 8 * _I_HOTADDR, 8 * _I_HOTDONE, lay.hot)
 
-    def gpu_error_word(self) -> int:
-        """Address of this rank's GPU error word (a u32 at the start of an int64 header slot)."""
-        return self._segs[self.rank].u8.ctypes.data + 8 * _I_GPUERR
+    def gpu_error_word(self, peer: Optional[int] = None) -> int:
+        """Address of this rank's (or local ``peer``'s) GPU error word (a u32 at the start of an int64 header
+        slot, in the page of its GPU sync words)."""
+        return self._segs[self.rank if peer is None else peer].u8.ctypes.data + 8 * _I_GPUERR
 
     def gpu_sync_address(self, peer: int) -> int:
         """Address, in this process, of ``peer``'s GPU sync words (hpccl/gpu_sync.py; in its header page,

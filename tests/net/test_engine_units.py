@@ -199,3 +199,31 @@ def test_a_gated_step_whose_node_failed_sends_nothing(pair):
     assert code == ne.E_ABORT and "nothing was sent" in msg
     assert _until(lambda: words[2] == 1, 5.0)  # b's receive ended (its timeout): no data came
     assert not dst.any(), "a gated step sent its data"
+
+
+def test_a_failed_gated_step_sets_its_gate_before_its_done_word(pair):
+    """Issue 32's wrong result on GPU buffers at 3 nodes x 2: a rank whose network step failed let the node
+    step after it run on what the step left, and its local peer took that for data. A gated step that fails
+    (here: its peer never sends, 0.2 s timeout) writes HPCCL_ERR_NET (5) into the gate word (the node's GPU
+    error word, which the node's kernels and local peers check) before its done word releases the stream;
+    a step that succeeds leaves the gate as it was."""
+    a, b = pair
+    words, addr = _words(6)  # a's ready, a's done, the gate, a's second ready and done, b's done
+    buf = np.zeros(16, np.uint8)
+    a.staged([(ne.RECV, 1, buf.ctypes.data, buf.nbytes)], addr[0], 1, addr[1], 1, 0.2, "all_gather #6", addr[2])
+    words[0] = 1
+    assert _until(lambda: words[1] == 1, 5.0), "a failed gated step left its done word unwritten"
+    assert words[2] == 5, "the gate (node error word) was not set by the failed step"
+    assert a.error()[0] == ne.E_TIMEOUT
+
+
+def test_a_gated_step_that_succeeds_leaves_its_gate(pair):
+    a, b = pair
+    words, addr = _words(4)  # a's ready, a's done, the gate, b's done
+    src = np.arange(16, dtype=np.uint8) + 1
+    dst = np.zeros(16, np.uint8)
+    b.staged([(ne.RECV, 0, dst.ctypes.data, dst.nbytes)], 0, 0, addr[3], 1, 5.0, "all_gather #6")
+    a.staged([(ne.SEND, 1, src.ctypes.data, src.nbytes)], addr[0], 1, addr[1], 1, 5.0, "all_gather #6", addr[2])
+    words[0] = 1
+    assert _until(lambda: words[1] == 1 and words[3] == 1, 5.0)
+    assert words[2] == 0 and (dst == src).all()
