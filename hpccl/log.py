@@ -18,6 +18,7 @@ import threading
 from typing import FrozenSet, Optional
 
 from . import config
+from .text import plain
 
 TRACE = 5
 logging.addLevelName(TRACE, "TRACE")
@@ -127,8 +128,11 @@ def set_rank(rank: int) -> None:
 
 def _emit(level: int, subsys: str, msg: str, args: tuple) -> None:
     _ensure_configured()
+    if not _logger.isEnabledFor(level):
+        return
+    # one plain line: the arguments carry text from MPI, CUDA, NVML and UCX (control characters, a NUL)
     # stacklevel 3: the record names the hpccl line that called warn/info/trace/log, not this module
-    _logger.log(level, msg, *args, extra={"hpccl_subsys": subsys}, stacklevel=3)
+    _logger.log(level, "%s", plain(msg % args if args else msg), extra={"hpccl_subsys": subsys}, stacklevel=3)
 
 
 def log(level: int, subsys: str, msg: str, *args: object) -> None:

@@ -12,6 +12,8 @@ import socket
 import sys
 from typing import List, Optional
 
+from hpccl.text import block, one_line
+
 
 def _version(mod: str) -> str:
     try:
@@ -32,7 +34,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = p.parse_args(argv)
     if a.analyze:
         from hpccl.recorder import analyze
-        print("\n".join(analyze(a.analyze)), flush=True)
+        print(block("\n".join(analyze(a.analyze))), flush=True)
         return 0
     import hpccl
     from hpccl import config
@@ -44,7 +46,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     say(f"hpccl {hpccl.__version__} on Python {platform.python_version()} ({sys.executable})")
     for mod in ("numpy", "mpi4py", "ml_dtypes", "cupy", "torch", "ucxx", "pynvml"):
         say(f"  {mod:<10} {_version(mod)}")
-    say(f"  MPI        {MPI.Get_library_version().splitlines()[0].strip()}")
+    say(f"  MPI        {one_line(MPI.Get_library_version())}")
     from hpccl import hotpath
     say("  hot path   " + (f"compiled ({hotpath._hotpath.__file__})" if hotpath.available() else
                           "not built (no C compiler at install): small host calls run in Python, slower"))
@@ -96,8 +98,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             say(f"  environment: {msg}")
     except ImportError:
         pass
-    if comm.rank == 0:
-        print("\n".join(lines), flush=True)
+    if comm.rank == 0:  # versions, names and messages from MPI, CUDA, NVML and UCX: printed as plain text
+        print(block("\n".join(lines)), flush=True)
     comm.destroy()
     return 0
 

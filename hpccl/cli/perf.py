@@ -16,7 +16,13 @@ import numpy as np
 
 from ..config import _size
 from ..ops import DTYPES
+from ..text import block, one_line
 from .workloads import COLLECTIVES, OPS, expected, fill, workload, wrong
+
+
+def _say(text: str = "", **kw: Any) -> None:
+    """print() of plain text: the header and table carry strings from MPI and the baselines' libraries."""
+    print(block(text), **kw)
 
 
 def _args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -173,16 +179,16 @@ def main(argv: Optional[List[str]] = None) -> int:
             libs[name] = baselines.make(name, world)
         except Exception as exc:  # noqa: BLE001 - a missing baseline must not stop the sweep
             if rank == 0:
-                print(f"# baseline {name} unavailable: {type(exc).__name__}: {exc}")
+                _say(f"# baseline {name} unavailable: {type(exc).__name__}: {exc}")
     # Everything imported so far (torch for gloo is large) moves out of the collector's way, so a full
     # collection triggered mid-sweep does not stall one rank for milliseconds and skew that size.
     gc.collect()
     gc.freeze()
     algos = [x for x in a.algo.split(",") if x] or [""]
-    say = print if rank == 0 else (lambda *x, **k: None)
+    say = _say if rank == 0 else (lambda *x, **k: None)
     say(f"# hpccl-perf {hpccl.__version__}: {n} ranks, {comm.num_nodes} node(s), dtype {a.dtype}, "
         f"op {a.op}, mem {a.mem}{' (alloc_host)' if shared else ''}, check {'on' if a.check else 'off'}, MPI "
-        f"{MPI.Get_library_version().splitlines()[0].strip()}")
+        f"{one_line(MPI.Get_library_version())}")
     say(f"# communicator set-up {comm.setup_seconds * 1e3:.1f} ms")
     results: List[Dict[str, Any]] = []
     total_wrong = 0

@@ -15,7 +15,13 @@ import sys
 from collections import defaultdict
 from typing import List, Optional
 
+from ..text import block
 from ..trace import merge
+
+
+def _say(text: str, **kw: object) -> None:
+    """print() of plain text: trace files carry host names and labels from other software."""
+    print(block(text), **kw)  # type: ignore[arg-type]
 
 
 def _files(items: List[str]) -> List[str]:
@@ -41,7 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     a = p.parse_args(argv)
     files = _files(a.paths)
     if not files:
-        print(f"hpccl-trace: no hpccl-trace-*.json in {' '.join(a.paths)}", file=sys.stderr)
+        _say(f"hpccl-trace: no hpccl-trace-*.json in {' '.join(a.paths)}", file=sys.stderr)
         return 2
     if a.cmd == "merge":
         out = merge(files, a.align)
@@ -49,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             json.dump(out, f)
         events = [e for e in out["traceEvents"] if e.get("ph") == "X"]
         steps = sum(1 for e in events if e.get("cat") == "step")
-        print(f"{a.output}: {len(files)} files, {len(events) - steps} call events and {steps} step events; open "
+        _say(f"{a.output}: {len(files)} files, {len(events) - steps} call events and {steps} step events; open "
               "it in https://ui.perfetto.dev")
         return 0
     for path in files:
@@ -67,9 +73,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 r = rows[key]
                 r[0] += 1
                 r[1] += e.get("dur", 0.0)
-        print(f"{os.path.basename(path)} (rank {meta.get('rank')} of {meta.get('size')}, {meta.get('host')})")
+        _say(f"{os.path.basename(path)} (rank {meta.get('rank')} of {meta.get('size')}, {meta.get('host')})")
         for (_, step, name, algo, track), (n, us) in sorted(rows.items()):
-            print(f"  {name:<16} {algo or '-':<10} {track:<5} {n:>8} {'steps' if step else 'calls'} "
+            _say(f"  {name:<16} {algo or '-':<10} {track:<5} {n:>8} {'steps' if step else 'calls'} "
                   f"{us / 1e3:>12.3f} ms")
     return 0
 
