@@ -244,7 +244,8 @@ class StagedPrimitives(Primitives):
         self.net = net
         self.label = "network step"
 
-    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = ()) -> None:
+    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = (),
+                 meanwhile: Optional[Callable[[], None]] = None) -> None:
         import cupy
         mem = self.mem
         self_sends = [b for p, b in sends if p == self.rank]
@@ -260,10 +261,11 @@ class StagedPrimitives(Primitives):
             else:
                 remote_recvs.append((peer, buf.nbytes, buf, op, src))
         remote_sends = [(p, b.data.ptr, b.nbytes) for p, b in sends if p != self.rank]
-        if not remote_sends and not remote_recvs:
-            return
-        stream = cupy.cuda.get_current_stream().ptr
-        self.net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
+        if remote_sends or remote_recvs:
+            stream = cupy.cuda.get_current_stream().ptr
+            self.net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
+        if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
+            meanwhile()
 
     def _consume(self, addr: int, r: tuple) -> None:
         """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into

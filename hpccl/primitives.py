@@ -3,7 +3,7 @@ scratch memory and the mapped window. They route each peer to its transport and 
 memory kind, so one ring serves host and GPU memory and any transport."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -31,8 +31,10 @@ class Primitives:
         self.window_views: Dict[tuple, List[np.ndarray]] = {}
         self.single_copy = False  # set by the communicator once every rank can use peer_read
 
-    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = (), p2p: bool = False) -> None:
-        """Run these sends and receives concurrently and return when all are complete.
+    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = (), p2p: bool = False,
+                 meanwhile: Optional[Callable[[], None]] = None) -> None:
+        """Run these sends and receives concurrently and return when all are complete; ``meanwhile`` runs
+        once they are posted (local work that touches none of their buffers, done while they travel).
 
         A receive with an op reduces into its buffer: buf = buf op incoming, or src op incoming when the
         receive names a src (saves copying src into buf first). Messages to self are matched in order
@@ -53,6 +55,9 @@ class Primitives:
         for peer, buf in sends:
             if peer != self.rank:
                 pending.append(self._transport_of[peer].isend(peer, buf, p2p))
+        if meanwhile is not None:
+            meanwhile()
+
         def ready() -> bool:
             nonlocal pending
             pending = [r for r in pending if not r.test()]  # test every request: they may depend on each other

@@ -33,14 +33,18 @@ def all_reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) 
 
 
 def all_gather(p: Primitives, send: np.ndarray, recv: np.ndarray) -> None:
+    """The first step sends from ``send`` itself, so this rank's own block is copied into place while that
+    step's messages are on the wire (no step reads it)."""
     n, r, c = p.size, p.rank, send.size
     mine = recv[r * c:(r + 1) * c]
-    if not p.mem.shares(mine, send):  # by address: a device view must not be read back (capture)
-        p.copy(mine, send)
+    own = None if p.mem.shares(mine, send) else (lambda: p.copy(mine, send))  # by address (capture-safe)
     right, left = (r + 1) % n, (r - 1) % n
     for s in range(n - 1):
         si, ri = (r - s) % n, (r - s - 1) % n
-        p.exchange([(right, recv[si * c:(si + 1) * c])], [(left, recv[ri * c:(ri + 1) * c], None)])
+        out = send if s == 0 else recv[si * c:(si + 1) * c]
+        p.exchange([(right, out)], [(left, recv[ri * c:(ri + 1) * c], None)], meanwhile=own if s == 0 else None)
+    if n == 1 and own is not None:
+        own()
 
 
 def reduce_scatter(p: Primitives, send: np.ndarray, recv: np.ndarray, op: ReduceOp) -> None:
