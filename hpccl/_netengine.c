@@ -371,8 +371,9 @@ static void end_batch(Engine *e, batch_t *b) {
   e->batches_done++;
 }
 
-static void write_done(batch_t *b) {
-  if (b->ecode && b->gate) {
+/* failed: b->ecode read before the batch's state was published (a template's repost may reset it after) */
+static void write_done(batch_t *b, int failed) {
+  if (failed && b->gate) {
     /* the gate is this rank's node error word: set before the stream goes on, so the node's kernels after
        this step write nothing and its local peers never read what this step left as data */
     uint32_t zero = 0;
@@ -395,8 +396,9 @@ static int finalize(Engine *e) {
     end_batch(e, b);
     n++;
     if (!b->ordered) {
-      atomic_store(&b->state, b->ecode ? B_FAILED : B_DONE);
-      write_done(b);
+      int failed = b->ecode != 0;
+      atomic_store(&b->state, failed ? B_FAILED : B_DONE);
+      write_done(b, failed);
       if (b->bkind != BK_TEMPLATE) batch_unref(b);
     } else {
       b->finished = 2;  /* waits for its turn in the FIFO */
@@ -404,8 +406,9 @@ static int finalize(Engine *e) {
   }
   while (e->fhead < e->ftail && e->fifo[e->fhead]->finished == 2) {
     batch_t *b = e->fifo[e->fhead++];
-    atomic_store(&b->state, b->ecode ? B_FAILED : B_DONE);
-    write_done(b);
+    int failed = b->ecode != 0;
+    atomic_store(&b->state, failed ? B_FAILED : B_DONE);
+    write_done(b, failed);
     batch_unref(b);
   }
   if (n && atomic_load(&e->waiters)) {
