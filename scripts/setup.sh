@@ -15,6 +15,10 @@ fi
 if [ "${HPCCL_SKIP_TORCH:-0}" != "1" ]; then
   .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q torch
   .venv/bin/python -m pip install -q expecttest hypothesis
+  # the training frameworks the tests run on hpccl (tests/test_frameworks.py), held to the torch above
+  .venv/bin/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > .venv/torch-pin.txt
+  .venv/bin/python -m pip install -q -c .venv/torch-pin.txt lightning accelerate \
+    || echo "setup: lightning/accelerate not installed (tests/test_frameworks.py skips, naming them)"
   # the torch backend's compiled part, built now rather than by the first process group (cached; a
   # failure leaves the Python backend in charge and is not fatal here)
   .venv/bin/python -W ignore -m hpccl.torch.native || echo "setup: the torch backend's compiled part was not built"

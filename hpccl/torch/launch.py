@@ -73,10 +73,24 @@ def register() -> None:
 
 
 def init_process_group(backend: str = BACKEND, **kwargs: Any) -> None:
-    """torch.distributed.init_process_group with rank, world size and a TCP store taken from MPI, for jobs
-    launched by mpiexec or srun (rank 0's host and a free port are broadcast over MPI)."""
-    from mpi4py import MPI
+    """torch.distributed.init_process_group for whichever launcher started this process: under mpiexec or
+    srun, rank, world size and a TCP store from MPI (rank 0's host and a free port broadcast over MPI);
+    under torchrun (or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT), torch's
+    env://; with no launcher, one process. Frameworks that adopt an existing default group (accelerate,
+    DeepSpeed) then run on hpccl."""
     import socket
+    if not _use_mpi() and "init_method" not in kwargs and "store" not in kwargs:
+        if all(v in os.environ for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")):
+            dist.init_process_group(backend, **kwargs)
+        else:  # no launcher: a world of one
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                                    **kwargs)
+        _bind(kwargs.get("device_id"))
+        return
+    from mpi4py import MPI
     world = MPI.COMM_WORLD
     addr = None
     if world.Get_rank() == 0:
@@ -88,7 +102,10 @@ def init_process_group(backend: str = BACKEND, **kwargs: Any) -> None:
     addr = world.bcast(addr, root=0)
     kwargs.setdefault("init_method", addr)
     dist.init_process_group(backend, rank=world.Get_rank(), world_size=world.Get_size(), **kwargs)
-    dev = kwargs.get("device_id")
+    _bind(kwargs.get("device_id"))
+
+
+def _bind(dev: Any) -> None:
     pg = dist.group.WORLD
     if dev is not None and isinstance(pg, HpcclProcessGroup) and pg.bound_device_id is None:
         pg.bound_device_id = dev  # torch binds only Backend objects; split_group reads it
