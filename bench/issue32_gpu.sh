@@ -16,12 +16,15 @@ python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 && echo "native
 python3 -c "import hpccl.hotpath as h, hpccl.transport.engine as e; print('hot path', h.available())"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log CUDA_VISIBLE_DEVICES=0
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-nvidia-cuda-mps-control -d && echo "MPS: started"
-trap 'echo quit | nvidia-cuda-mps-control' EXIT
+if ! echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then  # not already started by the caller
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && echo "MPS: started" && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+fi
 M="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONUNBUFFERED PYTHONPATH \
-         CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES UCX_WARN_UNUSED_ENV_VARS; do M="$M -x $v"; done
+         CUDA_MPS_PIPE_DIRECTORY CUDA_VISIBLE_DEVICES UCX_WARN_UNUSED_ENV_VARS CUPY_CACHE_DIR; do
+  [ -n "${!v+x}" ] && M="$M -x $v"
+done
 STAGES=${STAGES:-matrix hog kill probe}
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 rc=0

@@ -2,13 +2,15 @@
 
     torchrun --nproc-per-node=2 examples/accelerate_train.py
     mpiexec -n 2 python examples/accelerate_train.py            # or srun -n 2
-    accelerate launch --num_processes 2 examples/accelerate_train.py
+    torchrun --nproc-per-node=2 examples/accelerate_train.py --route accelerate   # GPUs only
 
 accelerate picks its own backend (on CPU it accepts only gloo or mpi), but it adopts a default group that
-already exists, so the line that selects hpccl is ``hpccl.torch.init_process_group()`` before
-``Accelerator()``: it reads whichever launcher started the process. Rank 0 prints every step's loss, then
-the backend of the default group ("hpccl"; accelerate's own ``state.backend`` may still say "gloo").
-``--backend gloo`` runs the same on gloo."""
+already exists, so the line that selects hpccl everywhere is ``hpccl.torch.init_process_group()`` before
+``Accelerator()``: it reads whichever launcher started the process (``--route init``, the default). On GPUs
+under torchrun accelerate's own switch works too: ``--route accelerate`` passes
+``InitProcessGroupKwargs(backend=...)`` and lets accelerate create the group. Rank 0 prints every step's
+loss, then the backend of the default group ("hpccl"; accelerate's own ``state.backend`` may still say
+"gloo" on the first route). ``--backend gloo`` (or nccl) runs the same on that backend."""
 from __future__ import annotations
 
 import argparse
@@ -17,16 +19,20 @@ import torch
 import torch.distributed as dist
 
 import hpccl.torch as ht
-from accelerate import Accelerator
+from accelerate import Accelerator, InitProcessGroupKwargs
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--backend", default="hpccl")
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--route", choices=("init", "accelerate"), default="init")
     a = p.parse_args()
-    ht.init_process_group(a.backend)
-    acc = Accelerator(cpu=not torch.cuda.is_available())
+    if a.route == "init":
+        ht.init_process_group(a.backend)
+        acc = Accelerator(cpu=not torch.cuda.is_available())
+    else:
+        acc = Accelerator(kwargs_handlers=[InitProcessGroupKwargs(backend=a.backend)])
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
@@ -45,8 +51,8 @@ def main() -> None:
         if acc.is_main_process:
             print(f"step {step} loss {loss.item()!r}", flush=True)
     if acc.is_main_process:
-        print(f"backend {dist.get_backend()} world {dist.get_world_size()} processes {acc.num_processes}",
-              flush=True)
+        print(f"backend {dist.get_backend()} world {dist.get_world_size()} processes {acc.num_processes} "
+              f"device {acc.device.type} accelerate_backend {acc.state.backend} type {acc.distributed_type.value}", flush=True)
     dist.destroy_process_group()
 
 
