@@ -86,6 +86,10 @@ _param("HPCCL_NET_HOT_SIZE", 256 << 10, _size,
        "Bytes per rank up to which all_reduce, reduce, broadcast, all_gather (and barrier) on host buffers "
        "take the compiled path across nodes (hpccl/_nethot.c: the whole schedule in one C call over the "
        "network engine) when every rank is its own node; 0 turns it off.")
+_param("HPCCL_NET_SLICE", 1 << 20, _size,
+       "Bytes per slice of a GPU network step's messages (the staged engine path): each message is cut into "
+       "slices whose device-to-host copy, wire and copy-out or reduction overlap along the stream; "
+       "0 moves each message whole. Must be the same on every rank.")
 _param("HPCCL_COMPILED_LAUNCH", 1, int,
        "1: repeated GPU calls make their driver calls (capture check, launch, event record) in one C call "
        "of the hot-path extension (when it is built) instead of three ctypes calls; 0: through ctypes.")

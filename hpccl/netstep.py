@@ -89,6 +89,8 @@ class StagedNet:
         self._joinable = False
         self.steps = 0
         self.captured = 0
+        sl = int(config.get("HPCCL_NET_SLICE"))
+        self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
 
     # ----- memory -------------------------------------------------------------------------------------
     def staging(self, nbytes: int) -> _Pinned:
@@ -138,22 +140,29 @@ class StagedNet:
         s = ctypes.c_void_p(stream)
         total = sum(_align(n) for _, _, n in sends) + sum(_align(r[1]) for r in recvs)
         capturing = d.capturing(stream)
+        if self.slice and not capturing and (any(n > self.slice for _, _, n in sends)
+                                             or any(r[1] > self.slice for r in recvs)) \
+                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs):
+            return self._step_sliced(stream, sends, recvs, label, consume, total)
         if capturing:
             area = _Pinned(d, total)
             self._graph.append(area)
         else:
             area = self.staging(total)
+        # eager messages go out in the same slices as on the pipelined path (one batch here), so the
+        # peers' per-message tag sequences agree whichever path each side took
+        cut = self._pieces if self.slice and not capturing else (lambda n: [(0, n)])
         ops, off = [], 0
         for peer, ptr, n in sends:
             if n:
                 rc = d.memcpy_dtoh(ctypes.c_void_p(area.host + off), ptr, n, s)
                 if rc:
                     raise self._cuda("cuMemcpyDtoHAsync", rc)
-            ops.append((0, peer, area.host + off, n))
+            ops.extend((0, peer, area.host + off + o, ln) for o, ln in cut(n))
             off += _align(n)
         places = []
         for r in recvs:
-            ops.append((1, r[0], area.host + off, r[1]))
+            ops.extend((1, r[0], area.host + off + o, ln) for o, ln in cut(r[1]))
             places.append(area.dev + off)
             off += _align(r[1])
         if capturing:
@@ -181,6 +190,71 @@ class StagedNet:
             if r[1]:
                 consume(addr, r)
 
+    def _pieces(self, n: int) -> List[tuple]:
+        """(offset, length) of each slice of an n-byte message: a function of n alone, so sender and
+        receiver cut it alike and the engine's per-peer tags match; a message of 0 bytes is one piece."""
+        if n <= self.slice:
+            return [(0, n)]
+        return [(o, min(self.slice, n - o)) for o in range(0, n, self.slice)]
+
+    def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
+                     consume: Callable[[int, tuple], None], total: int) -> None:
+        """One eager exchange as a batch per slice, software-pipelined on the stream: slice i+1's
+        device-to-host copies are enqueued before the wait for slice i, so they overlap its wire time, and
+        slice i's copy-out or reduction overlaps slice i+1's wire. Slices occupy disjoint parts of the
+        staging area, so no slice's data is overwritten while the engine or the GPU still reads it."""
+        d = self.driver
+        s = ctypes.c_void_p(stream)
+        area = self.staging(total)
+        off, sp, rp = 0, [], []
+        for peer, ptr, n in sends:
+            sp.append((peer, ptr, area.host + off, self._pieces(n)))
+            off += _align(n)
+        for r in recvs:
+            rp.append((r, area.host + off, area.dev + off, self._pieces(r[1])))
+            off += _align(r[1])
+        k = max(len(x[3]) for x in sp + rp)
+        pending: Optional[tuple] = None
+        for i in range(k):
+            ops, mine = [], []
+            for peer, ptr, host, pieces in sp:
+                if i < len(pieces):
+                    o, ln = pieces[i]
+                    if ln:
+                        rc = d.memcpy_dtoh(ctypes.c_void_p(host + o), ptr + o, ln, s)
+                        if rc:
+                            raise self._cuda("cuMemcpyDtoHAsync", rc)
+                    ops.append((0, peer, host + o, ln))
+            for r, host, dev, pieces in rp:
+                if i < len(pieces):
+                    o, ln = pieces[i]
+                    ops.append((1, r[0], host + o, ln))
+                    mine.append((dev + o, r, o, ln))
+            self._tok = (self._tok + 1) & 0xFFFFFFFF
+            self._val = (self._val + 1) & 0xFFFFFFFF
+            rc = d.write_value32(s, self.ready_d, self._tok, 0)
+            if rc:
+                raise self._cuda("cuStreamWriteValue32", rc)
+            self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label,
+                            self.gate() if self.gate is not None else 0)
+            if pending is not None:
+                self._slice_out(s, pending, consume)
+            pending = (self._val, mine)
+        if pending is not None:
+            self._slice_out(s, pending, consume)
+        self.steps += 1
+
+    def _slice_out(self, s: Any, pending: tuple, consume: Callable[[int, tuple], None]) -> None:
+        """Wait on the stream for one slice's batch, then hand each received piece to ``consume`` as a
+        receive of its own (the buffer and source viewed at the piece's elements)."""
+        val, mine = pending
+        rc = self.driver.wait_value32(s, self.done_d, val, WAIT_GEQ)
+        if rc:
+            raise self._cuda("cuStreamWaitValue32", rc)
+        for addr, r, o, ln in mine:
+            if ln:
+                consume(addr, _piece_of(r, o, ln))
+
     def _cuda(self, what: str, rc: int) -> HpcclError:
         from .errors import HpcclSystemError
         return HpcclSystemError(f"{what} failed while enqueuing a network step: {self.driver.error_name(rc)}")
@@ -206,6 +280,19 @@ class StagedNet:
         if self._join_ev:
             self.driver.event_destroy(ctypes.c_void_p(self._join_ev))
             self._join_ev = 0
+
+
+def _flat(a: Any) -> bool:
+    """Whether a slice of ``a`` by elements is a view (C-contiguous), so a piece written lands in it."""
+    return bool(a.flags.c_contiguous)
+
+
+def _piece_of(r: tuple, o: int, ln: int) -> tuple:
+    """A receive (peer, nbytes, buf, op, src) narrowed to bytes [o, o+ln) of its buffer (and source)."""
+    peer, _n, buf, op, src = r
+    isz = buf.dtype.itemsize
+    lo, hi = o // isz, (o + ln) // isz
+    return (peer, ln, buf.ravel()[lo:hi], op, None if src is None else src.ravel()[lo:hi])
 
 
 _LABEL = re.compile(r"^(?P<coll>[a-z_]+) #(?P<seq>\d+)(?:, (?P<step>step \d+ \(.+?\)))?: (?P<err>.*)$", re.S)
