@@ -175,20 +175,25 @@ class StagedNet:
             rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
             self.captured += 1
         else:
-            self._tok = (self._tok + 1) & 0xFFFFFFFF
-            self._val = (self._val + 1) & 0xFFFFFFFF
-            rc = d.write_value32(s, self.ready_d, self._tok, 0)
-            if rc:
-                raise self._cuda("cuStreamWriteValue32", rc)
-            self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label,
-                            self.gate() if self.gate is not None else 0)
-            rc = d.wait_value32(s, self.done_d, self._val, WAIT_GEQ)
+            rc = d.wait_value32(s, self.done_d, self._post(s, ops, label), WAIT_GEQ)
         if rc:
             raise self._cuda("cuStreamWaitValue32", rc)
         self.steps += 1
         for addr, r in zip(places, recvs):
             if r[1]:
                 consume(addr, r)
+
+    def _post(self, s: Any, ops: list, label: str) -> int:
+        """Write the next ready token on the stream and hand ``ops`` to the engine as one eager batch;
+        returns the done value the stream waits for."""
+        self._tok = (self._tok + 1) & 0xFFFFFFFF
+        self._val = (self._val + 1) & 0xFFFFFFFF
+        rc = self.driver.write_value32(s, self.ready_d, self._tok, 0)
+        if rc:
+            raise self._cuda("cuStreamWriteValue32", rc)
+        self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label,
+                        self.gate() if self.gate is not None else 0)
+        return self._val
 
     def _pieces(self, n: int) -> List[tuple]:
         """(offset, length) of each slice of an n-byte message: a function of n alone, so sender and
@@ -230,16 +235,10 @@ class StagedNet:
                     o, ln = pieces[i]
                     ops.append((1, r[0], host + o, ln))
                     mine.append((dev + o, r, o, ln))
-            self._tok = (self._tok + 1) & 0xFFFFFFFF
-            self._val = (self._val + 1) & 0xFFFFFFFF
-            rc = d.write_value32(s, self.ready_d, self._tok, 0)
-            if rc:
-                raise self._cuda("cuStreamWriteValue32", rc)
-            self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label,
-                            self.gate() if self.gate is not None else 0)
+            val = self._post(s, ops, label)
             if pending is not None:
                 self._slice_out(s, pending, consume)
-            pending = (self._val, mine)
+            pending = (val, mine)
         if pending is not None:
             self._slice_out(s, pending, consume)
         self.steps += 1

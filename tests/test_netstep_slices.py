@@ -1,0 +1,100 @@
+"""The sliced GPU network step (hpccl/netstep.py, HPCCL_NET_SLICE) against a recording stand-in for the CUDA
+driver and the engine, on the CPU: every message is cut by its length alone (so both ends' per-peer tag
+sequences agree whichever path each took), slice i+1's copy-out to the host is enqueued before the stream
+waits for slice i, and the received pieces together cover each receive buffer exactly once."""
+from __future__ import annotations
+
+import numpy as np
+
+from hpccl import netstep
+
+
+class _Rec:
+    """Records the stream's operations in order; every call succeeds."""
+
+    def __init__(self) -> None:
+        self.log: list = []
+
+    def capturing(self, stream):
+        return False
+
+    def memcpy_dtoh(self, host, dev, n, s):
+        self.log.append(("dtoh", dev, n))
+        return 0
+
+    def write_value32(self, s, addr, v, flags):
+        self.log.append(("ready", v))
+        return 0
+
+    def wait_value32(self, s, addr, v, how):
+        self.log.append(("wait", v))
+        return 0
+
+
+class _Eng:
+    def __init__(self, log: list) -> None:
+        self.log, self.batches = log, []
+
+    def staged(self, ops, ready_h, tok, done_h, val, timeout, label, gate):
+        self.batches.append(list(ops))
+        self.log.append(("batch", val))
+
+
+class _Area:
+    host, dev, nbytes = 1 << 32, 1 << 40, 1 << 30
+
+
+def _net(slice_bytes: int):
+    n = object.__new__(netstep.StagedNet)
+    n.driver = _Rec()
+    n.eng = _Eng(n.driver.log)
+    n.gate, n.timeout, n.slice = None, 5.0, slice_bytes
+    n._tok = n._val = 0
+    n.ready_d = n.done_d = n.ready_h = n.done_h = 0
+    n.steps = 0
+    n.staging = lambda total: _Area()
+    return n
+
+
+def _run(slice_bytes: int, nbytes: int, buf=None):
+    net = _net(slice_bytes)
+    buf = np.zeros(nbytes // 4, np.float32) if buf is None else buf
+    got = []
+    net.step(0, [(1, 0x1000, nbytes)], [(1, nbytes, buf, None, None)], "all_reduce #1",
+             lambda addr, r: got.append((addr - _Area.dev, r[1], r[2])))
+    return net, got, buf
+
+
+def _per_peer(net):
+    return [(k, p, ln) for b in net.eng.batches for k, p, _a, ln in b]
+
+
+def test_a_message_is_cut_by_its_length_alike_on_both_paths():
+    n = 10 * 1024 + 512
+    sliced, _, _ = _run(4096, n)
+    whole_path = _net(4096)  # a non-contiguous receive buffer keeps the step whole, in the same pieces
+    nc = np.zeros(n // 2, np.float32)[::2]
+    whole_path.step(0, [(1, 0x1000, n)], [(1, n, nc, None, None)], "x", lambda a, r: None)
+    assert len(sliced.eng.batches) == 3 and len(whole_path.eng.batches) == 1
+    assert sorted(_per_peer(sliced)) == sorted(_per_peer(whole_path))
+    assert [ln for k, _p, ln in _per_peer(sliced) if k == 0] == [4096, 4096, 2560]
+
+
+def test_the_next_slice_is_copied_out_before_the_wait_for_the_previous():
+    net, got, buf = _run(4096, 3 * 4096)
+    log = net.driver.log
+    for i in range(2):  # dtoh of slice i+1 precedes the stream's wait for slice i's done value
+        assert log.index(("dtoh", 0x1000 + 4096 * (i + 1), 4096)) < log.index(("wait", i + 1))
+    assert [e for e in log if e[0] == "wait"] == [("wait", 1), ("wait", 2), ("wait", 3)]
+    # the pieces handed out cover the receive buffer once, in order, as views of it
+    assert [(off, ln) for off, ln, _v in got] == [(3 * 4096 + 4096 * i, 4096) for i in range(3)]
+    for k, (_o, _l, v) in enumerate(got):
+        v[:] = k + 1
+    assert buf.tolist() == [1.0] * 1024 + [2.0] * 1024 + [3.0] * 1024
+    assert sum(v.size for _o, _l, v in got) == 3 * 1024
+
+
+def test_messages_within_a_slice_take_the_unsliced_path():
+    net, got, _ = _run(1 << 20, 4096)
+    assert len(net.eng.batches) == 1 and [ln for _k, _p, ln in _per_peer(net)] == [4096, 4096]
+    assert len(got) == 1 and got[0][1] == 4096
