@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO (stage 2 or 3) on the "hpccl" backend: a small MLP, synthetic data, 20 steps, fp32, CPU.
 
     DS_ACCELERATOR=cpu torchrun --nproc-per-node=2 examples/deepspeed_zero.py --stage 3
-    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 examples/deepspeed_zero.py --stage 3   # = --num_accelerators 2
+    DS_ACCELERATOR=cpu deepspeed --num_gpus 2 examples/deepspeed_zero.py --stage 3
     DS_ACCELERATOR=cpu mpiexec -n 2 python examples/deepspeed_zero.py --stage 3
 
 ``import hpccl.torch`` registers the backend; ``deepspeed.init_distributed(dist_backend="hpccl")`` makes it
@@ -9,10 +9,10 @@ the default group's backend, and ZeRO's reduce-scatters, all-gathers and all-red
 mpiexec DeepSpeed reads the ranks from MPI itself (mpi4py; MASTER_PORT 29500). Rank 0 prints every step's
 loss (of its own batch), then ``backend <name> world <n> zero_stage <s>``: the backend of the default group
 and the ZeRO stage DeepSpeed ran. ``--backend gloo`` runs the same on gloo; the losses are the same.
-The first run JIT-builds DeepSpeed's CPU shm op (about 45 s on 2 cores; cached in ~/.cache/torch_extensions).
+The first run JIT-builds DeepSpeed's CPU shm op (about a minute on 2 cores; cached in ~/.cache/torch_extensions).
 
-DeepSpeed's CPU launcher (``deepspeed``) sets LOCAL_SIZE, and with it DeepSpeed's shared-memory all-reduce
-(used only for inference) creates ``/dev/shm/deepspeed_allreduce_buffer_*`` files that it does not remove
+DeepSpeed's CPU launcher (``deepspeed``) sets LOCAL_SIZE, and with it DeepSpeed's CPU shared-memory all-reduce
+creates ``/dev/shm/deepspeed_allreduce_buffer_*`` files that it does not remove
 (torchrun and mpiexec do not set LOCAL_SIZE, so none are made there); delete them after the run."""
 from __future__ import annotations
 
