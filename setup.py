@@ -45,7 +45,7 @@ exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], depends=["hpccl/_reduc
 ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx
-    exts.append(Extension("hpccl._netengine", ["hpccl/_netengine.c"], depends=["hpccl/_nethot.c", "hpccl/_reduce.h"],
+    exts.append(Extension("hpccl._netengine", ["hpccl/_netengine.c"], depends=["hpccl/_nethot.c", "hpccl/_netreplay.c", "hpccl/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
                           library_dirs=[lib], libraries=["ucp", "ucs"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))

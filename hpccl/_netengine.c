@@ -1304,7 +1304,12 @@ static void Engine_dealloc(Engine *self) {
 
 static PyObject *Engine_rank(Engine *self, void *c) { (void)c; return PyLong_FromLong(self->rank); }
 
+/* ----- recorded GPU network calls replayed from C -------------------------------------------------- */
+static PyTypeObject NetProgramType;
+#include "_netreplay.c"
+
 static PyMethodDef Engine_methods[] = {
+  {"program", (PyCFunction)Engine_program, METH_VARARGS, "A recorded GPU network call to replay (hpccl/netreplay.py)."},
   {"address", (PyCFunction)Engine_address, METH_NOARGS, "This worker's UCX address (bytes)."},
   {"info", (PyCFunction)Engine_info, METH_NOARGS, "UCX's description of the context and worker."},
   {"connect", (PyCFunction)Engine_connect, METH_VARARGS, "connect(addresses, remote): endpoints, then the thread."},
@@ -1373,7 +1378,8 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",
 
 PyMODINIT_FUNC PyInit__netengine(void) {
   if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0 ||
-      PyType_Ready(&NetHotType) < 0)
+      PyType_Ready(&NetHotType) < 0 ||
+      PyType_Ready(&NetProgramType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return NULL;
@@ -1383,6 +1389,8 @@ PyMODINIT_FUNC PyInit__netengine(void) {
   PyModule_AddObject(m, "EngineError", HpErr);
   Py_INCREF(&NetHotType);
   PyModule_AddObject(m, "NetHot", (PyObject *)&NetHotType);
+  Py_INCREF(&NetProgramType);
+  PyModule_AddObject(m, "NetProgram", (PyObject *)&NetProgramType);
   PyModule_AddIntConstant(m, "SEND", K_SEND);
   PyModule_AddIntConstant(m, "RECV", K_RECV);
   PyModule_AddIntConstant(m, "E_PEER", E_PEER);

@@ -391,9 +391,32 @@ class Communicator:
                                             ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
                                             _perf() - t0)
                         return FIRED
+            elif (self._dev.replays is not None and self._group is None and not self._check_calls
+                  and not self._observed and not self._destroyed and not self._aborted):
+                key = self._dev.keys.key(_SHORT[coll], sendbuf, recvbuf, op, root, stream)
+                if key is not None:
+                    t0 = _perf()
+                    if self._net_fire(coll, key):
+                        ks = key[1]
+                        self._rec.stats.add(coll, CUDA, "replayed",
+                                            ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
+                                            _perf() - t0)
+                        return FIRED
         if self._destroyed or self._aborted:
             self._alive(coll)
         return key
+
+    def _net_fire(self, coll: str, key: tuple) -> bool:
+        """Enqueue a repeated GPU call across nodes from its recording (hpccl/netreplay.py); False when
+        there is none, or it could not run (capture, a failed step: the Python path runs and reports)."""
+        seq = self._seq + 1
+        if self._dev.replays.fire(key, self._rec.name(coll, seq)):
+            return False
+        self._seq = seq
+        self._waiter.collective, self._waiter.seq = coll, seq
+        for t in self._transports:
+            t.announce(seq)
+        return True
 
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:

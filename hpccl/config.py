@@ -90,6 +90,11 @@ _param("HPCCL_NET_SLICE", 1 << 20, _size,
        "Bytes per slice of a GPU network step's messages (the staged engine path): each message is cut into "
        "slices whose device-to-host copy, wire and copy-out or reduction overlap along the stream; "
        "0 moves each message whole. Must be the same on every rank.")
+_param("HPCCL_NET_REPLAY", 1, int,
+       "1: a repeated GPU call across nodes (same collective, buffers, dtype, op, root and stream, one rank "
+       "per node) is enqueued from its recording by one C call (hpccl/_netreplay.c) instead of running its "
+       "schedule in Python; 0: every call runs in Python. Either way the messages are the same, so ranks may "
+       "differ.")
 _param("HPCCL_COMPILED_LAUNCH", 1, int,
        "1: repeated GPU calls make their driver calls (capture check, launch, event record) in one C call "
        "of the hot-path extension (when it is built) instead of three ctypes calls; 0: through ctypes.")

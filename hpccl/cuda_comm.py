@@ -26,7 +26,7 @@ from .kernels import (DTYPE_IDS, ERR_ABORT, ERR_DEAD, ERR_MISMATCH, ERR_NET, ERR
                       MAX_P2P_OPS, MAX_RANKS, OP_IDS,
                       CommArgs, Driver, FastState, Kernels, Launch, P2PArgs, RegArgs)
 from .gpu_sync import Bound, Builder, Program, Watchdog, Words
-from .memory.cuda import DeviceMemory, device_view, stream_handle
+from .memory.cuda import CallKeys, DeviceMemory, device_view, stream_handle
 from .ops import ReduceOp
 from .transport.cuda_ipc import PeerMemory
 from .transport.cuda_register import Registry
@@ -178,11 +178,7 @@ class CudaComm:
         self.compiled_program = (getattr(hotpath._hotpath, "gpu_program", None) if self.safe and
                                  self.compiled_launch is not None else None)
         self._batch_addr = Driver.address(self.builder._batch_fn) if self.safe else 0
-        self._cp_nd = cupy.ndarray
-        self._cur_stream = cupy.cuda.get_current_stream
-        probe = cupy.empty(1, dtype=cupy.uint8)
-        self._cp_contig = hasattr(probe, "_c_contiguous")
-        del probe
+        self._keys = CallKeys()
         self.transport = self.peers.mode
         # compile the dtype-free kernels now, while every rank is here anyway
         self.kernels.func("hp_copy_push")
@@ -440,38 +436,8 @@ class CudaComm:
         self._fast.clear()
         self.fs.gen += 1
 
-    def _bkey(self, obj: Any) -> Optional[tuple]:
-        """(ptr, count, dtype, contiguous) read straight off a CuPy array or torch tensor; None otherwise."""
-        if type(obj) is self._cp_nd:
-            return (obj.data.ptr, obj.size, obj.dtype,
-                    obj._c_contiguous if self._cp_contig else obj.flags.c_contiguous)
-        if type(obj).__module__.startswith("torch") and getattr(obj, "is_cuda", False):
-            return (obj.data_ptr(), obj.numel(), obj.dtype, obj.is_contiguous())
-        return None
-
     def fast_key(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any) -> Optional[tuple]:
-        ks = self._bkey(sendbuf)
-        if ks is None:
-            return None
-        kr = None
-        if recvbuf is not None:
-            kr = self._bkey(recvbuf)
-            if kr is None:
-                return None
-        if stream is None:
-            if type(sendbuf) is self._cp_nd:
-                st = self._cur_stream().ptr
-            else:
-                st = stream_handle(None, device_view(sendbuf, "sendbuf"))
-        elif type(stream) is int:
-            st = stream
-        else:
-            st = getattr(stream, "ptr", None)
-            if st is None:
-                st = getattr(stream, "cuda_stream", None)
-                if st is None:
-                    return None
-        return (coll, ks, kr, op, root, st)
+        return self._keys.key(coll, sendbuf, recvbuf, op, root, stream)
 
     def fire(self, key: tuple) -> bool:
         """Launch the snapshot cached for key; False when there is none (take the validating path)."""

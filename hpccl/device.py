@@ -45,6 +45,8 @@ class DeviceSide:
         self.engine: Any = None
         self.proxy: Any = None
         self.prim: Optional[Primitives] = None
+        self.replays: Any = None  # netreplay.NetReplays: repeated calls across nodes enqueued from C
+        self.keys: Any = None     # memory.cuda.CallKeys: what a replay is looked up by
         self._transport: Any = None
         self.path = "kernels over peer memory"
         if comm.num_nodes == 1:
@@ -96,6 +98,12 @@ class DeviceSide:
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
             self.proxy = StagedRunner(net, self.prim, self.device, fail, capturable=comm.local_size == 1)
             self.path = "staged steps on the network engine"
+            from . import netreplay
+            if comm.local_size == 1 and netreplay.enabled():  # several ranks per node run hier instead
+                from .memory.cuda import CallKeys
+                self.replays, self.keys = netreplay.NetReplays(net, self.prim.mem), CallKeys()
+                comm._planner.on_drop.append(self.replays.drop)
+                self.path += ", repeated calls replayed from C"
             return
         from .proxy import Proxy, StreamOps
         self._transport = comm._new_net_transport()
@@ -157,6 +165,9 @@ class DeviceSide:
             self.proxy.raise_error()
 
     def close(self) -> None:
+        if self.replays is not None:
+            self.replays.drop()
+            self.replays = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None

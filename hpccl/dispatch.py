@@ -107,7 +107,15 @@ def device_collective(comm: Any, call: Call) -> None:
             raise exc from None
         if finish is not None:
             prim.mem.finish(finish, op, size)
-    dev.proxy.enqueue(st, step, comm._rec.name(coll, seq))
+    replays = dev.replays
+    rec = replays.start(call.key, st) if replays is not None else None
+    ok = False
+    try:
+        dev.proxy.enqueue(st, step, comm._rec.name(coll, seq))
+        ok = True
+    finally:
+        if rec is not None:
+            replays.finish(call.key, rec, ok)
 
 
 def host_barrier(comm: Any, call: Call) -> None:

@@ -40,6 +40,17 @@ _ALIGN = 256
 _WORDS = 1024  # done words per page of pinned words (one per captured step)
 
 
+NO_STREAM = (1 << 64) - 1
+
+
+class NetState(ctypes.Structure):
+    """Counters of one communicator's eager network steps, shared with the C replay of recorded calls
+    (hpccl/_netreplay.c, net_state: keep the layouts equal): ready tokens written, done values handed out,
+    the stream of the latest call, and whether the join event was recorded after it."""
+    _fields_ = [("tok", ctypes.c_uint32), ("val", ctypes.c_uint32), ("last_stream", ctypes.c_uint64),
+                ("joinable", ctypes.c_int32), ("_pad", ctypes.c_int32)]
+
+
 def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -77,16 +88,14 @@ class StagedNet:
         ctypes.memset(self._words.host, 0, 64)
         self.ready_h, self.done_h = self._words.host, self._words.host + 4
         self.ready_d, self.done_d = self._words.dev, self._words.dev + 4
-        self._tok = 0       # ready tokens written (eager steps)
-        self._val = 0       # done values expected (eager steps)
+        self.st = NetState(0, 0, NO_STREAM, 0, 0)  # tokens, done values, last stream (shared with replays)
+        self.rec: Any = None  # a netreplay.Recording while a call is recorded for replay
         self._stage: Optional[_Pinned] = None
         self._old: List[_Pinned] = []  # outgrown staging areas: earlier steps may still use them
         self._graph: List[Any] = []    # captured steps' staging, words and templates (live until close)
         self._gwords: Optional[_Pinned] = None
         self._gword_next = _WORDS
-        self._last_stream: Optional[int] = None
         self._join_ev = self.driver.event()
-        self._joinable = False
         self.steps = 0
         self.captured = 0
         sl = int(config.get("HPCCL_NET_SLICE"))
@@ -117,19 +126,20 @@ class StagedNet:
         """A call on a stream other than the last one's waits for the last one's work (the steps share
         staging memory and the engine's order), through the event leave() recorded at its end: never
         through the old stream's handle, which its owner may have destroyed since."""
-        last = self._last_stream
-        if last is not None and last != stream and self._joinable and not self.driver.capturing(stream):
+        st = self.st
+        last = st.last_stream
+        if last != NO_STREAM and last != stream and st.joinable and not self.driver.capturing(stream):
             self.driver.stream_wait_event(ctypes.c_void_p(stream), ctypes.c_void_p(self._join_ev), 0)
-        self._last_stream = stream
+        st.last_stream = stream
 
     def leave(self, stream: int) -> None:
         """Mark the end of this call's work on ``stream`` (not while capturing: a graph's work is ordered
         by its own launch stream)."""
         if self.driver.capturing(stream):
-            self._joinable = False
+            self.st.joinable = 0
             return
         self.driver.event_record(ctypes.c_void_p(self._join_ev), ctypes.c_void_p(stream))
-        self._joinable = True
+        self.st.joinable = 1
 
     # ----- one step ----------------------------------------------------------------------------------
     def step(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
@@ -140,6 +150,9 @@ class StagedNet:
         s = ctypes.c_void_p(stream)
         total = sum(_align(n) for _, _, n in sends) + sum(_align(r[1]) for r in recvs)
         capturing = d.capturing(stream)
+        rec = self.rec
+        if rec is not None and capturing:
+            rec.refuse("captured")
         if self.slice and not capturing and (any(n > self.slice for _, _, n in sends)
                                              or any(r[1] > self.slice for r in recvs)) \
                 and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs):
@@ -158,6 +171,8 @@ class StagedNet:
                 rc = d.memcpy_dtoh(ctypes.c_void_p(area.host + off), ptr, n, s)
                 if rc:
                     raise self._cuda("cuMemcpyDtoHAsync", rc)
+                if rec is not None:
+                    rec.copy(0, area.host + off, ptr, n, stream)
             ops.extend((0, peer, area.host + off + o, ln) for o, ln in cut(n))
             off += _align(n)
         places = []
@@ -175,7 +190,10 @@ class StagedNet:
             rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
             self.captured += 1
         else:
-            rc = d.wait_value32(s, self.done_d, self._post(s, ops, label), WAIT_GEQ)
+            val = self._post(s, ops, label)
+            rc = d.wait_value32(s, self.done_d, val, WAIT_GEQ)
+            if rec is not None:
+                rec.wait(val, stream)
         if rc:
             raise self._cuda("cuStreamWaitValue32", rc)
         self.steps += 1
@@ -186,14 +204,18 @@ class StagedNet:
     def _post(self, s: Any, ops: list, label: str) -> int:
         """Write the next ready token on the stream and hand ``ops`` to the engine as one eager batch;
         returns the done value the stream waits for."""
-        self._tok = (self._tok + 1) & 0xFFFFFFFF
-        self._val = (self._val + 1) & 0xFFFFFFFF
-        rc = self.driver.write_value32(s, self.ready_d, self._tok, 0)
+        st = self.st
+        st.tok = (st.tok + 1) & 0xFFFFFFFF
+        st.val = (st.val + 1) & 0xFFFFFFFF
+        tok, val = st.tok, st.val
+        rc = self.driver.write_value32(s, self.ready_d, tok, 0)
         if rc:
             raise self._cuda("cuStreamWriteValue32", rc)
-        self.eng.staged(ops, self.ready_h, self._tok, self.done_h, self._val, self.timeout, label,
-                        self.gate() if self.gate is not None else 0)
-        return self._val
+        gate = self.gate() if self.gate is not None else 0
+        self.eng.staged(ops, self.ready_h, tok, self.done_h, val, self.timeout, label, gate)
+        if self.rec is not None:
+            self.rec.post(ops, val, gate, s.value or 0)
+        return val
 
     def _pieces(self, n: int) -> List[tuple]:
         """(offset, length) of each slice of an n-byte message: a function of n alone, so sender and
@@ -229,6 +251,8 @@ class StagedNet:
                         rc = d.memcpy_dtoh(ctypes.c_void_p(host + o), ptr + o, ln, s)
                         if rc:
                             raise self._cuda("cuMemcpyDtoHAsync", rc)
+                        if self.rec is not None:
+                            self.rec.copy(0, host + o, ptr + o, ln, stream)
                     ops.append((0, peer, host + o, ln))
             for r, host, dev, pieces in rp:
                 if i < len(pieces):
@@ -250,6 +274,8 @@ class StagedNet:
         rc = self.driver.wait_value32(s, self.done_d, val, WAIT_GEQ)
         if rc:
             raise self._cuda("cuStreamWaitValue32", rc)
+        if self.rec is not None:
+            self.rec.wait(val, s.value or 0)
         for addr, r, o, ln in mine:
             if ln:
                 consume(addr, _piece_of(r, o, ln))
@@ -262,7 +288,7 @@ class StagedNet:
     def pending(self) -> bool:
         """Whether an eager step handed to the engine has not ended yet (its done word is behind)."""
         done = ctypes.c_uint32.from_address(self.done_h).value
-        return 0 < ((self._val - done) & 0xFFFFFFFF) < (1 << 31)
+        return 0 < ((self.st.val - done) & 0xFFFFFFFF) < (1 << 31)
 
     def error(self) -> Optional[HpcclError]:
         e = self.eng.error()
@@ -353,16 +379,26 @@ class StagedPrimitives(Primitives):
         if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
             meanwhile()
 
+    def scratch(self, count: int, dtype: Any, slot: int = 0) -> Any:
+        """As Primitives.scratch; while a call is recorded for replay the buffer is kept alive with the
+        recording (a larger call may replace it here, and the replay still writes into it)."""
+        out = super().scratch(count, dtype, slot)
+        if self.net.rec is not None:
+            self.net.rec.keep.append(self._scratch[slot])
+        return out
+
     def _consume(self, addr: int, r: tuple) -> None:
         """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into
         its buffer: a copy, or a reduce kernel reading it in place."""
         _peer, n, buf, op, src = r
         if op is None:
             import cupy
-            rc = self.net.driver.memcpy_htod(buf.data.ptr, ctypes.c_void_p(addr), n,
-                                             ctypes.c_void_p(cupy.cuda.get_current_stream().ptr))
+            s = cupy.cuda.get_current_stream().ptr
+            rc = self.net.driver.memcpy_htod(buf.data.ptr, ctypes.c_void_p(addr), n, ctypes.c_void_p(s))
             if rc:
                 raise self.net._cuda("cuMemcpyHtoDAsync", rc)
+            if self.net.rec is not None:
+                self.net.rec.copy(1, buf.data.ptr, addr, n, s)
         else:
             self.mem.reduce_ptrs(buf, (src if src is not None else buf).data.ptr, addr, op)
 

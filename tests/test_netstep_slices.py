@@ -49,7 +49,8 @@ def _net(slice_bytes: int):
     n.driver = _Rec()
     n.eng = _Eng(n.driver.log)
     n.gate, n.timeout, n.slice = None, 5.0, slice_bytes
-    n._tok = n._val = 0
+    n.st = netstep.NetState(0, 0, netstep.NO_STREAM, 0, 0)
+    n.rec = None
     n.ready_d = n.done_d = n.ready_h = n.done_h = 0
     n.steps = 0
     n.staging = lambda total: _Area()

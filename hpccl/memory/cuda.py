@@ -183,6 +183,7 @@ class DeviceMemory:
         self.blocking = blocking
         self._kernels: Any = None
         self._launch: Dict[tuple, Any] = {}  # (dtype, op) whose kernels are loaded
+        self.rec: Any = None  # a netreplay.Recording while a network call is recorded for replay
 
     # -- validation and views --------------------------------------------------------------------------
     def view(self, obj: Any, name: str) -> Tuple[Any, Any]:
@@ -263,6 +264,8 @@ class DeviceMemory:
     def clone(self, a: Any, stream: int) -> Any:
         """A private copy of ``a``, ordered on ``stream`` (an input that partially overlaps the output)."""
         import cupy
+        if self.rec is not None:
+            self.rec.refuse("an input copied aside")
         with cupy.cuda.Device(self.device), cupy.cuda.ExternalStream(stream):
             return a.copy()
 
@@ -277,8 +280,10 @@ class DeviceMemory:
         import cupy
         n = dst.nbytes
         if n:
-            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, n, 3,  # device to device
-                                          cupy.cuda.get_current_stream().ptr)
+            s = cupy.cuda.get_current_stream().ptr
+            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, n, 3, s)  # device to device
+            if self.rec is not None:
+                self.rec.copy(2, dst.data.ptr, src.data.ptr, n, s)
         self._done()
 
     def _kernel(self, name: str, dt: int) -> int:
@@ -314,7 +319,10 @@ class DeviceMemory:
         from ..kernels import Driver, Launch
         grid = max(1, min(1024, -(-n // 512)))
         ln = Launch(Driver.get(), self._kernel(name, dt), grid, 512, args)
-        rc = ln(cupy.cuda.get_current_stream().ptr if stream is None else stream)
+        s = cupy.cuda.get_current_stream().ptr if stream is None else stream
+        rc = ln(s)
+        if self.rec is not None and not rc:
+            self.rec.launch(ln.fi, grid, 512, tuple(a.value for a in args), s)
         if rc:
             from ..errors import HpcclSystemError
             raise HpcclSystemError(f"{name}: cuLaunchKernel failed: {Driver.get().error_name(rc)}")
@@ -361,7 +369,55 @@ class DeviceMemory:
     def empty(self, count: int, dtype: np.dtype) -> Any:
         import cupy
         with cupy.cuda.Device(self.device):
-            return cupy.empty(count, dtype=dtype)
+            out = cupy.empty(count, dtype=dtype)
+        if self.rec is not None:  # a replay of the call reuses it: kept alive with the recording
+            self.rec.keep.append(out)
+        return out
+
+
+class CallKeys:
+    """The key a repeated GPU call is replayed under (collective, buffers, dtype, op, root, stream), read
+    straight off CuPy arrays and torch tensors: None for anything else (that call is not replayed)."""
+
+    def __init__(self) -> None:
+        import cupy
+        self._cp_nd = cupy.ndarray
+        self._cur_stream = cupy.cuda.get_current_stream
+        probe = cupy.empty(1, dtype=cupy.uint8)
+        self._cp_contig = hasattr(probe, "_c_contiguous")
+
+    def _bkey(self, obj: Any) -> Optional[tuple]:
+        """(ptr, count, dtype, contiguous) of a CuPy array or torch tensor on a GPU; None otherwise."""
+        if type(obj) is self._cp_nd:
+            return (obj.data.ptr, obj.size, obj.dtype,
+                    obj._c_contiguous if self._cp_contig else obj.flags.c_contiguous)
+        if type(obj).__module__.startswith("torch") and getattr(obj, "is_cuda", False):
+            return (obj.data_ptr(), obj.numel(), obj.dtype, obj.is_contiguous())
+        return None
+
+    def key(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any) -> Optional[tuple]:
+        ks = self._bkey(sendbuf)
+        if ks is None:
+            return None
+        kr = None
+        if recvbuf is not None:
+            kr = self._bkey(recvbuf)
+            if kr is None:
+                return None
+        if stream is None:
+            if type(sendbuf) is self._cp_nd:
+                st = self._cur_stream().ptr
+            else:
+                st = stream_handle(None, device_view(sendbuf, "sendbuf"))
+        elif type(stream) is int:
+            st = stream
+        else:
+            st = getattr(stream, "ptr", None)
+            if st is None:
+                st = getattr(stream, "cuda_stream", None)
+                if st is None:
+                    return None
+        return (coll, ks, kr, op, root, st)
 
 
 _BLOCKING: Dict[int, DeviceMemory] = {}

@@ -1,0 +1,256 @@
+"""Recorded GPU network calls replayed from C (hpccl/netreplay.py, hpccl/_netreplay.c), on the CPU.
+
+Two real engines in one process talk over UCX (TCP); the CUDA driver is a stand-in whose "streams" are
+threads running each rank's enqueued work in order on host memory (copies, the ready and done words, a
+reduction "kernel"), so the replay runs exactly as on a GPU: it only enqueues, and the engine posts each
+step when the stream writes its token. Checked: a recorded sliced exchange replays with the same
+messages as the Python path (a rank that replays and a peer that runs Python always match), results are
+right at every iteration, the token and done counters are shared, and what a replay cannot take is
+refused."""
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from hpccl import netreplay, netstep
+
+ne = pytest.importorskip("hpccl.transport.engine", reason="the network engine (UCX) is not built here")._ne
+
+ADD = 0xADD  # the stand-in "kernel": dst[i] = a[i] + b[i] over float32
+
+C_DTOH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+C_HTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+C_DTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+C_VALUE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
+C_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
+                            ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+C_CAPT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+C_REC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+C_WEV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+
+
+def _reached(addr: int, v: int) -> bool:
+    return ((ctypes.c_uint32.from_address(addr).value - v) & 0xFFFFFFFF) < (1 << 31)
+
+
+class Gpu:
+    """One rank's stand-in device: a stream is a thread running enqueued work in order."""
+
+    def __init__(self) -> None:
+        self.q: queue.Queue = queue.Queue()
+        self.failed: list = []
+        self.captures = False
+        self.calls = {"launch": 0, "post_words": 0}
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def _run(self) -> None:
+        while True:
+            f = self.q.get()
+            if f is None:
+                return
+            try:
+                f()
+            except Exception as exc:  # noqa: BLE001
+                self.failed.append(exc)
+
+    def drain(self, seconds: float = 20.0) -> None:
+        ev = threading.Event()
+        self.q.put(ev.set)
+        assert ev.wait(seconds), "the stand-in stream did not drain (a step never ended)"
+
+    def stop(self) -> None:
+        self.q.put(None)
+        self.t.join(5)
+
+    # the driver as Python's StagedNet calls it (ctypes arguments)
+    def capturing(self, stream):
+        return self.captures
+
+    def memcpy_dtoh(self, host, dev, n, s):
+        h = host.value
+        self.q.put(lambda: ctypes.memmove(h, dev, n))
+        return 0
+
+    def memcpy_htod(self, dev, host, n, s):
+        h = host.value
+        self.q.put(lambda: ctypes.memmove(dev, h, n))
+        return 0
+
+    def write_value32(self, s, addr, v, flags):
+        self.calls["post_words"] += 1
+        self.q.put(lambda: setattr(ctypes.c_uint32.from_address(addr), "value", v))
+        return 0
+
+    def wait_value32(self, s, addr, v, how):
+        def wait():
+            end = time.monotonic() + 15
+            while not _reached(addr, v):
+                if time.monotonic() > end:
+                    raise TimeoutError(f"done word never reached {v}")
+                time.sleep(0)
+        self.q.put(wait)
+        return 0
+
+    def add(self, dst: int, a: int, b: int, n: int) -> None:
+        self.calls["launch"] += 1
+
+        def run():
+            t = ctypes.c_float * n
+            out = np.frombuffer(t.from_address(dst), np.float32)
+            out[:] = np.frombuffer(t.from_address(a), np.float32) + np.frombuffer(t.from_address(b), np.float32)
+        self.q.put(run)
+
+    def entry_points(self) -> tuple:
+        """The same driver for the C replay: callbacks in _netreplay.c's F_* order (kept alive here)."""
+        def launch(func, gx, gy, gz, bx, by, bz, shmem, s, params, extra):
+            assert func == ADD
+            v = [ctypes.c_uint64.from_address(params[i]).value for i in range(4)]
+            self.add(*v)
+            return 0
+
+        def capturing(s, st):
+            st[0] = int(self.captures)
+            return 0
+        self._cb = (C_DTOH(lambda h, d, n, s: self.memcpy_dtoh(ctypes.c_void_p(h), d, n, s)),
+                    C_HTOD(lambda d, h, n, s: self.memcpy_htod(d, ctypes.c_void_p(h), n, s)),
+                    C_DTOD(lambda d, sr, n, s: self.q.put(lambda: ctypes.memmove(d, sr, n)) or 0),
+                    C_VALUE(self.write_value32), C_VALUE(self.wait_value32), C_LAUNCH(launch),
+                    C_CAPT(capturing), C_REC(lambda ev, s: 0), C_WEV(lambda s, ev, f: 0))
+        return tuple(ctypes.cast(c, ctypes.c_void_p).value for c in self._cb)
+
+
+class Area:
+    def __init__(self, nbytes: int) -> None:
+        self.buf = np.zeros(nbytes, np.uint8)
+        self.host = self.dev = self.buf.ctypes.data
+        self.nbytes = nbytes
+
+
+class Mem:
+    rec = None
+
+
+def _net(eng, gpu: Gpu, slice_bytes: int):
+    n = object.__new__(netstep.StagedNet)
+    n.driver, n.eng, n.gate, n.timeout, n.slice = gpu, eng, None, 15.0, slice_bytes
+    n.st = netstep.NetState(0, 0, netstep.NO_STREAM, 0, 0)
+    n.rec = None
+    n._words = (ctypes.c_uint32 * 16)()
+    n.ready_h = n.ready_d = ctypes.addressof(n._words)
+    n.done_h = n.done_d = n.ready_h + 4
+    n._join_ev = 0
+    n.steps = 0
+    area = Area(1 << 20)
+    n._stage = area
+    n.staging = lambda total: area
+    return n
+
+
+@pytest.fixture()
+def pair():
+    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
+    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
+    addrs = [a.address(), b.address()]
+    a.connect(addrs, [False, True])
+    b.connect(addrs, [True, False])
+    gpus = [Gpu(), Gpu()]
+    yield (a, b), gpus
+    for g in gpus:
+        g.stop()
+    a.close()
+    b.close()
+
+
+def _all_reduce(net: netstep.StagedNet, gpu: Gpu, me: int, x: np.ndarray, y: np.ndarray, label: str) -> None:
+    """Python's path: exchange x with the peer and reduce into y, on stream 1."""
+    def consume(addr, r):
+        _peer, n, buf, _op, src = r
+        gpu.add(buf.ctypes.data, src.ctypes.data, addr, n // 4)
+        if net.rec is not None:
+            net.rec.launch(ADD, 1, 512, (buf.ctypes.data, src.ctypes.data, addr, n // 4), 1)
+    net.step(1, [(1 - me, x.ctypes.data, x.nbytes)], [(1 - me, x.nbytes, y, "sum", x)], label, consume)
+
+
+def test_replay_and_python_path_match_every_call(pair):
+    (ea, eb), gpus = pair
+    count = 2600  # 10400 bytes in 4 KiB slices: 3 network steps per call, pipelined
+    nets = [_net(e, g, 4096) for e, g in zip((ea, eb), gpus)]
+    reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    xs = [np.zeros(count, np.float32) for _ in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    wrong: list = []
+    key = ("ar", 1)
+    for i in range(40):
+        for r in range(2):
+            g, x, y = gpus[r], xs[r], ys[r]
+            g.q.put(lambda x=x, v=(r + 1) * (i + 1): x.fill(v))  # the input, written on the stream
+            # rank 0 replays from its second call on; rank 1 runs Python on even calls
+            if i > 0 and (r == 0 or i % 2):
+                assert reps[r].fire(key, f"all_reduce #{i + 1}") == 0
+            else:
+                rec = reps[r].start(key, 1) if i == 0 else None
+                _all_reduce(nets[r], g, r, x, y, f"all_reduce #{i + 1}")
+                reps[r].finish(key, rec, True)
+            g.q.put(lambda y=y, i=i: None if np.all(y == 3 * (i + 1)) else wrong.append((i, float(y[0]))))
+    for g in gpus:
+        g.drain()
+        assert not g.failed, g.failed
+    assert wrong == []
+    assert reps[0].replayed == 39 and reps[1].replayed == 20
+    prog = reps[0]._progs[key]
+    assert prog.shape == (3 + 3 + 3 + 3, 3, 6)  # 3 copies in, 3 posts (a send and a receive each), 3 waits, 3 adds
+    assert gpus[0].calls["launch"] == 3 * 40
+    for n in nets:  # one token and one done value per step, Python's and the replays' on one counter
+        assert n.st.tok == n.st.val == 3 * 40
+        assert ctypes.c_uint32.from_address(n.done_h).value == 3 * 40
+    assert ea.error() is None and eb.error() is None
+
+
+def test_capture_and_engine_failure_enqueue_nothing(pair):
+    (ea, eb), gpus = pair
+    count = 256
+    nets = [_net(e, g, 4096) for e, g in zip((ea, eb), gpus)]
+    reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    xs = [np.full(count, r + 1, np.float32) for r in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    for r in range(2):
+        rec = reps[r].start(("k", 1), 1)
+        _all_reduce(nets[r], gpus[r], r, xs[r], ys[r], "all_reduce #1")
+        reps[r].finish(("k", 1), rec, True)
+    for g in gpus:
+        g.drain()
+    assert np.all(ys[0] == 3) and np.all(ys[1] == 3)
+    assert reps[0].fire(("other", 1), "x") == -1  # nothing recorded under that key
+    gpus[0].captures = True
+    posts = gpus[0].calls["post_words"]
+    assert reps[0].fire(("k", 1), "all_reduce #2") == 1 and gpus[0].calls["post_words"] == posts
+    gpus[0].captures = False
+    ea.abort(0)  # an aborting engine takes no replay: the Python path raises its error
+    assert reps[0].fire(("k", 1), "all_reduce #2") == 2 and gpus[0].calls["post_words"] == posts
+    assert nets[0].st.tok == 1
+
+
+def test_a_recording_refuses_what_it_cannot_replay():
+    rec = netreplay.Recording(7)
+    rec.copy(0, 1, 2, 3, 7)
+    rec.post([(0, 1, 100, 8)], 5, 0, 7)
+    rec.wait(5, 7)
+    assert rec.why is None and rec.acts == [(0, 1, 2, 3), (3, 1), (4, 0)]
+    rec.launch(1, 1, 1, tuple(range(9)), 7)
+    assert rec.why == "a kernel with more than 8 arguments"
+    other = netreplay.Recording(7)
+    other.copy(0, 1, 2, 3, 8)
+    assert other.why == "work on another stream"
+    late = netreplay.Recording(7)
+    late.wait(9, 7)
+    assert late.why == "a wait for a step of another call"
+    gated = netreplay.Recording(7)
+    gated.post([], 1, 0, 7)
+    gated.post([], 2, 64, 7)
+    assert gated.why == "steps with different gates"
