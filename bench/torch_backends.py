@@ -12,6 +12,8 @@ Rows (median of REPS interleaved repetitions, from the slowest rank):
 
     torchrun --nproc-per-node=1 bench/torch_backends.py [--json out.json] [--trace DIR]
     mpirun -n 4 python bench/torch_backends.py          (ranks share one GPU: against gloo, under MPS)
+    mpirun -n 2 -x HPCCL_NODE_ID=split:1 tests/scripts/nccl_hostid.sh python bench/torch_backends.py --baseline nccl
+                                                        (2 "nodes" on one GPU: against NCCL's sockets)
 """
 from __future__ import annotations
 
@@ -112,6 +114,9 @@ def main() -> None:
     p.add_argument("--no-calls", action="store_true", help="time the training steps only (no per-call rows)")
     p.add_argument("--baseline-first", action="store_true",
                    help="build the baseline's model before hpccl's (an allocation-order A/B)")
+    p.add_argument("--baseline", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="auto: NCCL when every rank has a GPU of its own, else gloo; nccl with ranks sharing a "
+                        "GPU needs NCCL_HOSTID per rank (tests/scripts/nccl_hostid.sh: NCCL then sees nodes)")
     p.add_argument("--json", default="")
     p.add_argument("--trace", default="", help="directory for profiler tables of DDP steps")
     p.add_argument("--probe", action="store_true", help="time hpccl's Python inside DDP steps (per call)")
@@ -130,7 +135,7 @@ def main() -> None:
         dist.init_process_group("hpccl", **init)
     rank, n = dist.get_rank(), dist.get_world_size()
     dev = f"cuda:{torch.cuda.current_device()}" if cuda else "cpu"
-    base = "nccl" if cuda and n <= torch.cuda.device_count() else "gloo"
+    base = a.baseline if a.baseline != "auto" else "nccl" if cuda and n <= torch.cuda.device_count() else "gloo"
     cpu_group = dist.new_group(backend="gloo")
     groups = {"hpccl": dist.group.WORLD, base: cpu_group if base == "gloo" else dist.new_group(backend=base)}
     out: dict = dict(ranks=n, torch=torch.__version__, baseline=base, device=a.device,

@@ -111,7 +111,7 @@ class NetReplays:
 
     def start(self, key: Any, stream: int) -> Optional[Recording]:
         """A recording for this call (None when ``key`` is None or was refused before)."""
-        if key is None or key in self._refused or self.net.rec is not None:
+        if key is None or key in self._progs or key in self._refused or self.net.rec is not None:
             return None
         rec = Recording(stream)
         self.net.rec = self.mem.rec = rec
@@ -123,6 +123,8 @@ class NetReplays:
             return
         self.net.rec = self.mem.rec = None
         if not ok:
+            return
+        if rec.why == "captured":  # the same call made eagerly later is recorded then
             return
         if rec.why is not None or not rec.acts:
             self._refused[key] = rec.why or "nothing enqueued"

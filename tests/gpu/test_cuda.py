@@ -283,6 +283,70 @@ def test_force_drops_launch_snapshots(world):
     assert float(x[0]) == comm.size ** 4
 
 
+def test_network_calls_replay_from_c(world):
+    """Across nodes with one rank per node, a repeated call is enqueued from its recording by one C call
+    (hpccl/_netreplay.c): every collective, small and sliced sizes, two streams alternating, the input
+    written on the stream just before each call and the output checked just after, no host sync; then
+    the odd ranks stop replaying while the even ones go on (the messages agree either way)."""
+    import cupy
+    comm, dev = world
+    reps = comm._dev.replays if comm._dev is not None else None
+    if reps is None:
+        pytest.skip("replays serve GPU calls across nodes with one rank per node (HPCCL_NODE_ID=split:1 "
+                    f"and the network engine); this layout has {comm.num_nodes} node(s), "
+                    f"{comm.local_size} rank(s) per node")
+    n, r = comm.size, comm.rank
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    bad = cupy.zeros(1, dtype=cupy.int64)
+    cupy.cuda.get_current_stream().synchronize()
+    iters = 12
+
+    def run(count: int) -> None:
+        x = cupy.zeros(count * n, dtype=cupy.float32)
+        y = cupy.zeros(count * n, dtype=cupy.float32)
+        g = cupy.zeros(count * n * n, dtype=cupy.float32)
+        o = cupy.zeros(count, dtype=cupy.float32)
+        cupy.cuda.get_current_stream().synchronize()
+        tot = n * (n - 1) // 2
+        for i in range(iters):
+            s = streams[i % 2]
+            with s:
+                x.fill(float(i + r))
+                comm.all_reduce(x, y, stream=s)
+                bad[:] += (y != float(n * i + tot)).sum()
+                comm.all_reduce(x, y, AVG, stream=s)
+                bad[:] += (cupy.abs(y - (n * i + tot) / n) > 1e-3).sum()
+                comm.all_gather(x[:count], g[:count * n], stream=s)
+                want = cupy.repeat(cupy.arange(n, dtype=cupy.float32) + i, count)
+                bad[:] += (g[:count * n] != want).sum()
+                comm.reduce_scatter(x, o, MAX, stream=s)
+                bad[:] += (o != float(i + n - 1)).sum()
+                comm.broadcast(x, root=(i % n), stream=s)
+                bad[:] += (x != float(i + i % n)).sum()
+                x.fill(float(i + r))
+                comm.all_to_all(x, y, stream=s)
+                bad[:] += (y != cupy.repeat(cupy.arange(n, dtype=cupy.float32) + i, count)).sum()
+        for s in streams:
+            s.synchronize()
+
+    before = reps.replayed
+    for count in (13, (1 << 20) + 5):  # one step, and steps in 1 MiB slices
+        run(count)
+    assert int(bad[0]) == 0
+    assert reps.replayed >= 2 * 6 * (iters - 2), reps.replayed - before
+    saved = comm._dev.replays
+    if r % 2:
+        comm._dev.replays = None  # these ranks run every call in Python from here on
+    try:
+        done = reps.replayed
+        run(4099)
+        assert int(bad[0]) == 0
+        assert (reps.replayed > done) == (r % 2 == 0)
+    finally:
+        comm._dev.replays = saved
+    comm.synchronize()
+
+
 def test_another_gpu_current(world):
     """A call made while another GPU is current (torch's test suite does this) runs in the communicator's
     GPU context (was CUDA_ERROR_INVALID_HANDLE from cuLaunchKernel) and leaves the caller's GPU current."""

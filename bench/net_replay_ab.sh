@@ -1,0 +1,66 @@
+#!/bin/bash
+# HPCCL_NET_REPLAY on the one-GPU machine (issue 33): 2 ranks as 2 nodes (HPCCL_NODE_ID=split:1) on one GPU
+# under MPS. STAGES (default "check cost perf"):
+#   check  the quick GPU matrix at split:1 with 2 ranks, and the replay and stream-order tests at 4 and 8
+#   cost   host time per call and GPU time per call (bench/net_step_cost.py), replays on and off
+#   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), replays on and off interleaved
+#          over ROUNDS rounds, every result checked
+#   colls  all_gather, reduce_scatter, broadcast vs NCCL sockets, replays on
+#   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONDONTWRITEBYTECODE=1
+export UCX_WARN_UNUSED_ENV_VARS=n OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log PYTHONPATH=$PWD
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PWD:/tmp/site
+fi
+python3 setup.py -q build_ext --inplace >/tmp/b.log 2>&1 || tail -3 /tmp/b.log
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT" /tmp/mps_pipe /tmp/mps_log
+nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT
+M="mpirun --allow-run-as-root --oversubscribe --bind-to none -x HPCCL_NODE_ID=split:1 -x CUDA_VISIBLE_DEVICES=0"
+for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONPATH CUPY_CACHE_DIR \
+         CUDA_MPS_PIPE_DIRECTORY UCX_WARN_UNUSED_ENV_VARS; do [ -n "${!v+x}" ] && M="$M -x $v"; done
+M="$M -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo"
+PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf"
+QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
+rc=0
+for stage in ${STAGES:-check cost perf}; do
+  case $stage in
+  check)
+    echo "=== quick GPU matrix at split:1, 2 ranks ($(date -u +%T))"
+    timeout ${T_MATRIX:-200} $M -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n 2 python3 -m pytest tests/gpu -q -x \
+      -p no:cacheprovider --color=no -rs -k "not timeout and not host_memory" 2>&1 \
+      | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1
+    for n in 4 8; do
+      echo "=== replay and stream-order tests at split:1, $n ranks ($(date -u +%T))"
+      timeout ${T_SUB:-150} $M -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n $n python3 -m pytest tests/gpu/test_cuda.py -q -x \
+        -p no:cacheprovider --color=no -rs -k "replay or stream_order or back_to_back or test_all_reduce_dtype" 2>&1 \
+        | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1
+    done ;;
+  cost)
+    for r in 1 0; do
+      echo "=== net_step_cost, HPCCL_NET_REPLAY=$r ($(date -u +%T))"
+      timeout 120 $M -x HPCCL_NET_REPLAY=$r -n 2 python3 bench/net_step_cost.py --json "$OUT/cost_replay$r.json" 2>&1 \
+        | grep -a -v "share this node" || rc=1
+    done ;;
+  perf)
+    for round in $(seq ${ROUNDS:-2}); do
+      for r in 1 0; do
+        echo "=== round $round, HPCCL_NET_REPLAY=$r, all_reduce ($(date -u +%T))"
+        timeout 150 $M -x HPCCL_NET_REPLAY=$r -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f 8 --check \
+          --compare nccl --json "$OUT/ar_replay${r}_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
+      done
+    done ;;
+  colls)
+    for c in all_gather reduce_scatter broadcast; do
+      echo "=== HPCCL_NET_REPLAY=1, $c ($(date -u +%T))"
+      timeout 150 $M -n 2 $PERF $c --mem cuda -b 8 -e 64M -f 8 --check --compare nccl 2>&1 | grep -a -v "$QUIET" || rc=1
+    done ;;
+  torch)
+    echo "=== torch.distributed, 2 ranks as 2 nodes, hpccl vs NCCL sockets ($(date -u +%T))"
+    timeout ${T_TORCH:-300} $M -x PYTHONUNBUFFERED=1 -n 2 tests/scripts/nccl_hostid.sh python3 -W ignore bench/torch_backends.py \
+      --baseline nccl --train ddp --json "$OUT/torch_2nodes.json" 2>&1 | grep -a -v "^\s*$\|Warning\|warn\|NCCL INFO" || rc=1 ;;
+  esac
+done
+echo "=== done rc=$rc ($(date -u +%T))"; exit $rc
