@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hpccl import config
-from hpccl.errors import HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
+from hpccl.errors import HpcclError, HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
 from gpu_util import (end_together, FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev,
@@ -297,7 +297,7 @@ def test_network_calls_replay_from_c(world):
                     f"{comm.local_size} rank(s) per node")
     n, r = comm.size, comm.rank
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
-    bad = cupy.zeros(1, dtype=cupy.int64)
+    bad = cupy.zeros(6, dtype=cupy.int64)  # wrong elements per collective
     cupy.cuda.get_current_stream().synchronize()
     iters = 12
 
@@ -306,41 +306,46 @@ def test_network_calls_replay_from_c(world):
         y = cupy.zeros(count * n, dtype=cupy.float32)
         g = cupy.zeros(count * n * n, dtype=cupy.float32)
         o = cupy.zeros(count, dtype=cupy.float32)
+        blocks = cupy.repeat(cupy.arange(n, dtype=cupy.float32), count)
         cupy.cuda.get_current_stream().synchronize()
         tot = n * (n - 1) // 2
+        ev = None
         for i in range(iters):
             s = streams[i % 2]
             with s:
+                if ev is not None:  # the last iteration's checks (on the other stream) read before we write
+                    s.wait_event(ev)
                 x.fill(float(i + r))
                 comm.all_reduce(x, y, stream=s)
-                bad[:] += (y != float(n * i + tot)).sum()
+                bad[0] += (y != float(n * i + tot)).sum()
                 comm.all_reduce(x, y, AVG, stream=s)
-                bad[:] += (cupy.abs(y - (n * i + tot) / n) > 1e-3).sum()
+                bad[1] += (cupy.abs(y - (n * i + tot) / n) > 1e-3).sum()
                 comm.all_gather(x[:count], g[:count * n], stream=s)
-                want = cupy.repeat(cupy.arange(n, dtype=cupy.float32) + i, count)
-                bad[:] += (g[:count * n] != want).sum()
+                bad[2] += (g[:count * n] != blocks + i).sum()
                 comm.reduce_scatter(x, o, MAX, stream=s)
-                bad[:] += (o != float(i + n - 1)).sum()
+                bad[3] += (o != float(i + n - 1)).sum()
                 comm.broadcast(x, root=(i % n), stream=s)
-                bad[:] += (x != float(i + i % n)).sum()
+                bad[4] += (x != float(i + i % n)).sum()
                 x.fill(float(i + r))
                 comm.all_to_all(x, y, stream=s)
-                bad[:] += (y != cupy.repeat(cupy.arange(n, dtype=cupy.float32) + i, count)).sum()
+                bad[5] += (y != blocks + i).sum()
+                ev = s.record()
         for s in streams:
             s.synchronize()
 
     before = reps.replayed
     for count in (13, (1 << 20) + 5):  # one step, and steps in 1 MiB slices
         run(count)
-    assert int(bad[0]) == 0
-    assert reps.replayed >= 2 * 6 * (iters - 2), reps.replayed - before
+    assert bad.tolist() == [0] * 6
+    # each key's first call is recorded: 2 streams, and n roots x 2 streams for broadcast
+    assert reps.replayed - before >= 2 * (5 * (iters - 2) + iters - 2 * n), reps.replayed - before
     saved = comm._dev.replays
     if r % 2:
         comm._dev.replays = None  # these ranks run every call in Python from here on
     try:
         done = reps.replayed
         run(4099)
-        assert int(bad[0]) == 0
+        assert bad.tolist() == [0] * 6
         assert (reps.replayed > done) == (r % 2 == 0)
     finally:
         comm._dev.replays = saved
@@ -608,6 +613,44 @@ def test_host_memory_fallback(world, monkeypatch):
         comm.destroy()
 
 
+
+
+def test_replayed_call_timeout_names_the_peer(monkeypatch):
+    """Across nodes, a call replayed from C (hpccl/_netreplay.c) whose peer never comes: the step ends at
+    HPCCL_TIMEOUT, synchronize() raises HpcclTimeoutError naming the collective and the missing rank, the
+    stream is released, and the next call raises at once instead of replaying."""
+    import cupy
+    import hpccl
+    monkeypatch.setenv("HPCCL_TIMEOUT", "2")
+    comm = hpccl.Communicator()
+    try:
+        x = cupy.ones(16, dtype=cupy.float32)
+        s = cupy.cuda.Stream(non_blocking=True)
+        comm.all_reduce(x, stream=s)
+        comm.synchronize()
+        reps = comm._dev.replays
+        if reps is None:
+            pytest.skip("replays serve GPU calls across nodes with one rank per node (HPCCL_NODE_ID=split:1); "
+                        f"this layout has {comm.num_nodes} node(s), {comm.local_size} rank(s) per node")
+        for _ in range(3):
+            comm.all_reduce(x, stream=s)
+        comm.synchronize()
+        assert reps.replayed >= 3 and float(x[0]) == comm.size ** 4
+        if comm.rank == 0:
+            t0 = time.monotonic()
+            with pytest.raises(HpcclTimeoutError) as info:
+                comm.all_reduce(x, stream=s)  # replayed: enqueued, then the step times out
+                comm.synchronize()
+            s.synchronize()
+            assert time.monotonic() - t0 < 20
+            missing = info.value.missing
+            assert "all_reduce" in str(info.value) and missing and 0 not in missing, str(info.value)
+            if comm.size == 2:
+                assert missing == [1], str(info.value)
+            with pytest.raises(HpcclError):
+                comm.all_reduce(x, stream=s)
+    finally:
+        end_together(comm)
 
 
 def test_timeout_is_reported(monkeypatch):
