@@ -26,6 +26,7 @@ M="$M -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1 -x NCCL_S
 PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf"
 QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
 rc=0
+exec > >(tee -a "$OUT/net_replay_ab.log") 2>&1
 for stage in ${STAGES:-check cost perf}; do
   case $stage in
   check)

@@ -624,10 +624,11 @@ def test_replayed_call_timeout_names_the_peer(monkeypatch):
     monkeypatch.setenv("HPCCL_TIMEOUT", "2")
     comm = hpccl.Communicator()
     try:
+        comm.all_reduce(cupy.ones(16, dtype=cupy.float32))  # the GPU side is made at the first GPU call
+        comm.synchronize()
         x = cupy.ones(16, dtype=cupy.float32)
         s = cupy.cuda.Stream(non_blocking=True)
-        comm.all_reduce(x, stream=s)
-        comm.synchronize()
+        comm.all_reduce(x, stream=s)  # recorded
         reps = comm._dev.replays
         if reps is None:
             pytest.skip("replays serve GPU calls across nodes with one rank per node (HPCCL_NODE_ID=split:1); "
