@@ -3,7 +3,8 @@
 # 2 nodes (HPCCL_NODE_ID=split:1) under MPS, hpccl-perf all_reduce 4-64 MiB with every result checked:
 #   host memory over the engine (the wire alone: no staging), UCX's default transports and tcp only;
 #   GPU memory with UCX's default transports and tcp only, and slices of 1 MiB (default), 4 MiB, whole.
-# NCCL on its sockets (NCCL_HOSTID per rank) in the GPU rows. Output: $OUT/net_bw_probe.log.
+# NCCL on its sockets (NCCL_HOSTID per rank) in the GPU rows. First the engine alone (bench/engine_bw.py);
+# ENGINE_ONLY=1 stops there. Output: $OUT/net_bw_probe.log.
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONDONTWRITEBYTECODE=1
 export UCX_WARN_UNUSED_ENV_VARS=n OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct
@@ -23,6 +24,12 @@ M="$M -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1 -x NCCL_S
 PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf all_reduce -b 4M -e 64M -f 4 --check"
 QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$\|Avg bus\|Out of bounds"
 rc=0
+for tls in default tcp,self; do
+  E=""; [ $tls != default ] && E="-x UCX_TLS=$tls"
+  echo "=== the engine alone (bench/engine_bw.py), UCX_TLS=$tls ($(date -u +%T))"
+  timeout 60 $M $E -n 2 python3 bench/engine_bw.py --mb 16 2>&1 | grep -a "GB/s" || rc=1
+done
+[ -n "$ENGINE_ONLY" ] && { echo "=== done rc=$rc ($(date -u +%T))"; exit $rc; }
 for tls in default tcp,self; do
   E=""; [ $tls != default ] && E="-x UCX_TLS=$tls"
   echo "=== host memory, UCX_TLS=$tls ($(date -u +%T))"
