@@ -16,9 +16,18 @@ import hpccl
 ap = argparse.ArgumentParser()
 ap.add_argument("--mb", type=int, default=16)
 ap.add_argument("--reps", type=int, default=10)
+ap.add_argument("--lanes", type=int, default=1, help="engines (UCP workers, each with its own thread) per rank")
 a = ap.parse_args()
 comm = hpccl.init()
-eng = comm._table.find("engine").eng
+t = comm._table.find("engine")
+engs = [t.eng]
+for _ in range(a.lanes - 1):  # more engines, connected like the communicator's own (an experiment for lanes)
+    from hpccl.transport.engine import _ne
+    cfg = dict(t.wire, **({"TLS": t.tls} if t.tls != "all" else {}))
+    e = _ne.Engine(comm.rank, comm.size, cfg)
+    addrs = comm.mpi_comm.allgather(e.address())
+    e.connect(list(addrs), [True] * comm.size)
+    engs.append(e)
 peer = 1 - comm.rank
 n = a.mb << 20
 x = np.ones(n, np.uint8)
@@ -29,14 +38,16 @@ for k in (1, 4, 16):
     for rep in range(a.reps + 1):
         comm.barrier()
         t0 = time.perf_counter()
-        ops = [eng.recv(peer, y[i * part:(i + 1) * part]) for i in range(k)]
-        ops += [eng.send(peer, x[i * part:(i + 1) * part]) for i in range(k)]
+        ops = [engs[i % len(engs)].recv(peer, y[i * part:(i + 1) * part]) for i in range(k)]
+        ops += [engs[i % len(engs)].send(peer, x[i * part:(i + 1) * part]) for i in range(k)]
         for op in ops:
             assert op.wait(30)
         if rep:
             ts.append(time.perf_counter() - t0)
     t = statistics.median(ts)
     if comm.rank == 0:
-        print(f"{a.mb} MiB as {k:>2} message(s) each way: {t * 1e3:8.2f} ms  {n / t / 1e9:6.2f} GB/s per direction",
+        print(f"{len(engs)} lane(s): {a.mb} MiB as {k:>2} message(s) each way: {t * 1e3:8.2f} ms  {n / t / 1e9:6.2f} GB/s per direction",
               flush=True)
+for e in engs[1:]:
+    e.close()
 comm.destroy()

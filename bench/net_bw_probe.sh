@@ -27,7 +27,9 @@ rc=0
 for tls in default tcp,self; do
   E=""; [ $tls != default ] && E="-x UCX_TLS=$tls"
   echo "=== the engine alone (bench/engine_bw.py), UCX_TLS=$tls ($(date -u +%T))"
-  timeout 60 $M $E -n 2 python3 bench/engine_bw.py --mb 16 2>&1 | grep -a "GB/s" || rc=1
+  for l in ${LANES:-1}; do
+    timeout 60 $M $E -n 2 python3 bench/engine_bw.py --mb 16 --lanes $l 2>&1 | grep -a "GB/s" || rc=1
+  done
 done
 [ -n "$ENGINE_ONLY" ] && { echo "=== done rc=$rc ($(date -u +%T))"; exit $rc; }
 for tls in default tcp,self; do
