@@ -7,7 +7,8 @@
    driver call. The steps go to the engine exactly as Python hands them (same messages, same order, tags
    from the same per-peer sequence numbers at submission), so a rank that replays and a peer that runs the
    Python path for the same call always match; tokens and done values come from the state Python's
-   StagedNet shares (netstep.NetState), so replays and Python steps interleave on one counter.
+   StagedNet shares (netstep.NetState), so replays and Python steps interleave on one counter. A step may
+   span lanes (engines of their own, each with a done word and counter): one token, a batch per lane.
 
    run(stream, label) returns 0 (enqueued), 1 (the stream is capturing: nothing enqueued, Python captures
    it) or 2 (the engine is closed, aborting or a step failed: nothing enqueued, Python raises the error);
@@ -25,22 +26,24 @@ typedef int (*cu_capturing_t)(void *, int *);
 typedef int (*cu_record_t)(void *, void *);
 typedef int (*cu_wait_event_t)(void *, void *, unsigned);
 
-enum { A_DTOH = 0, A_HTOD = 1, A_DTOD = 2, A_POST = 3, A_WAIT = 4, A_LAUNCH = 5 };
+enum { A_DTOH = 0, A_HTOD = 1, A_DTOD = 2, A_POST = 3, A_WAIT = 4, A_LAUNCH = 5, A_TOKEN = 6 };
 enum { F_DTOH, F_HTOD, F_DTOD, F_WRITE, F_WAIT, F_LAUNCH, F_CAPTURING, F_RECORD, F_WAIT_EVENT, F_COUNT };
 #define NR_ARGS 8
 #define NR_NO_STREAM UINT64_MAX
+#define NR_LANES 8
 
 /* shared with Python (netstep.NetState, a ctypes Structure): keep the layouts equal */
 typedef struct {
-  uint32_t tok, val;        /* ready tokens written, done values handed out (eager steps) */
+  uint32_t tok, pad0;       /* ready tokens written (eager steps) */
   uint64_t last_stream;     /* the stream of the latest call, NR_NO_STREAM before the first */
-  int32_t joinable, pad;    /* the join event was recorded after the latest call */
+  int32_t joinable, pad1;   /* the join event was recorded after the latest call */
+  uint32_t val[NR_LANES];   /* per lane: done values handed out */
 } net_state;
 
 typedef struct {
   int kind;
   uint64_t dst, src, n;      /* copies */
-  int first, nops;           /* A_POST: messages [first, first + nops) of the program's list */
+  int first, nops, lane;     /* A_POST: messages [first, first + nops) of the program's list, to one lane */
   int post;                  /* A_WAIT: which post (in order) the stream waits for */
   void *func;                /* A_LAUNCH */
   unsigned grid, block;
@@ -50,17 +53,20 @@ typedef struct {
 
 typedef struct {
   PyObject_HEAD
-  Engine *eng;
+  Engine *eng[NR_LANES];     /* lane j's engine (lane 0: the communicator's) */
+  uint64_t done_h[NR_LANES], done_d[NR_LANES];
+  int nlanes;
   PyObject *keep;            /* what the recorded addresses point into (staging, scratch): alive with us */
   net_state *st;
   void *fn[F_COUNT];
-  uint64_t ready_h, ready_d, done_h, done_d, gate;
+  uint64_t ready_h, ready_d, gate;
   void *join_ev;
   double timeout;
   int nacts, nposts, nmsgs;
   nr_act *acts;
   op_t *msgs;                /* kind, peer, buf, len of every message, in post order */
   uint32_t *vals;            /* this replay's done value of each post */
+  int *post_lane;            /* each post's lane */
   long long runs;
 } NetProgram;
 
@@ -68,24 +74,28 @@ static void NetProgram_dealloc(NetProgram *p) {
   free(p->acts);
   free(p->msgs);
   free(p->vals);
+  free(p->post_lane);
   Py_XDECREF(p->keep);
-  Py_XDECREF((PyObject *)p->eng);
+  for (int j = 0; j < p->nlanes; j++) Py_XDECREF((PyObject *)p->eng[j]);
   Py_TYPE(p)->tp_free((PyObject *)p);
 }
 
-static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int *posts) {
+static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int *posts, int *tokens) {
   if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 2) goto bad;
   a->kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 0));
   switch (a->kind) {
     case A_DTOH: case A_HTOD: case A_DTOD:
       if (!PyArg_ParseTuple(t, "iKKK", &a->kind, &a->dst, &a->src, &a->n)) return -1;
       return 0;
+    case A_TOKEN:
+      (*tokens)++;
+      return 0;
     case A_POST:
-      if (!PyArg_ParseTuple(t, "ii", &a->kind, &a->nops)) return -1;
-      if (a->nops < 0 || *msg_at + a->nops > p->nmsgs) goto bad;
+      if (!PyArg_ParseTuple(t, "iii", &a->kind, &a->nops, &a->lane)) return -1;
+      if (a->nops < 0 || *msg_at + a->nops > p->nmsgs || a->lane < 0 || a->lane >= p->nlanes || !*tokens) goto bad;
       a->first = *msg_at;
       *msg_at += a->nops;
-      (*posts)++;
+      p->post_lane[(*posts)++] = a->lane;
       return 0;
     case A_WAIT:
       if (!PyArg_ParseTuple(t, "ii", &a->kind, &a->post)) return -1;
@@ -113,29 +123,39 @@ bad:
   return -1;
 }
 
-/* program(acts, msgs, fns, words, state_addr, join_event, timeout, gate, keep) -> NetProgram
-   fns: the driver entry points in F_* order; words: (ready_h, ready_d, done_h, done_d) */
+/* program(acts, msgs, fns, (ready_h, ready_d), lanes, state_addr, join_event, timeout, gate, keep) -> NetProgram
+   fns: the driver entry points in F_* order; lanes: ((engine, done_h, done_d), ...), lane 0 first */
 static PyObject *Engine_program(Engine *self, PyObject *args) {
-  PyObject *acts, *msgs, *fns, *keep;
-  unsigned long long rh, rd, dh, dd, state, join, gate;
+  PyObject *acts, *msgs, *fns, *lanes, *keep;
+  unsigned long long rh, rd, state, join, gate;
   double timeout;
-  if (!PyArg_ParseTuple(args, "O!O!O!(KKKK)KKdKO", &PyList_Type, &acts, &PyList_Type, &msgs, &PyTuple_Type, &fns,
-                        &rh, &rd, &dh, &dd, &state, &join, &timeout, &gate, &keep))
+  if (!PyArg_ParseTuple(args, "O!O!O!(KK)O!KKdKO", &PyList_Type, &acts, &PyList_Type, &msgs, &PyTuple_Type, &fns,
+                        &rh, &rd, &PyTuple_Type, &lanes, &state, &join, &timeout, &gate, &keep))
     return NULL;
   if (check_open(self) < 0) return NULL;
-  if (PyTuple_GET_SIZE(fns) != F_COUNT || !state) {
-    PyErr_SetString(PyExc_ValueError, "program() needs 9 driver entry points and the shared state");
+  Py_ssize_t nl = PyTuple_GET_SIZE(lanes);
+  if (PyTuple_GET_SIZE(fns) != F_COUNT || !state || nl < 1 || nl > NR_LANES) {
+    PyErr_SetString(PyExc_ValueError, "program() needs 9 driver entry points, the shared state and 1-8 lanes");
     return NULL;
   }
   NetProgram *p = PyObject_New(NetProgram, &NetProgramType);
   if (!p) return NULL;
-  p->acts = NULL; p->msgs = NULL; p->vals = NULL; p->keep = NULL; p->runs = 0;
-  Py_INCREF(self);
-  p->eng = self;
+  p->acts = NULL; p->msgs = NULL; p->vals = NULL; p->post_lane = NULL; p->keep = NULL; p->runs = 0;
+  p->nlanes = 0;
+  for (Py_ssize_t j = 0; j < nl; j++) {
+    PyObject *e;
+    unsigned long long dh, dd;
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(lanes, j), "O!KK", &EngineType, &e, &dh, &dd)) { Py_DECREF(p); return NULL; }
+    Py_INCREF(e);
+    p->eng[p->nlanes] = (Engine *)e;
+    p->done_h[p->nlanes] = dh;
+    p->done_d[p->nlanes] = dd;
+    p->nlanes++;
+  }
   Py_INCREF(keep);
   p->keep = keep;
   p->st = (net_state *)(uintptr_t)state;
-  p->ready_h = rh; p->ready_d = rd; p->done_h = dh; p->done_d = dd; p->gate = gate;
+  p->ready_h = rh; p->ready_d = rd; p->gate = gate;
   p->join_ev = (void *)(uintptr_t)join;
   p->timeout = timeout;
   for (int i = 0; i < F_COUNT; i++) {
@@ -151,7 +171,8 @@ static PyObject *Engine_program(Engine *self, PyObject *args) {
   p->acts = calloc(p->nacts > 0 ? (size_t)p->nacts : 1, sizeof(nr_act));
   p->msgs = calloc(p->nmsgs > 0 ? (size_t)p->nmsgs : 1, sizeof(op_t));
   p->vals = calloc(p->nacts > 0 ? (size_t)p->nacts : 1, sizeof(uint32_t));
-  if (!p->acts || !p->msgs || !p->vals) { Py_DECREF(p); return PyErr_NoMemory(); }
+  p->post_lane = calloc(p->nacts > 0 ? (size_t)p->nacts : 1, sizeof(int));
+  if (!p->acts || !p->msgs || !p->vals || !p->post_lane) { Py_DECREF(p); return PyErr_NoMemory(); }
   for (int i = 0; i < p->nmsgs; i++) {
     PyObject *t = PyList_GET_ITEM(msgs, i);
     int kind, peer;
@@ -165,9 +186,9 @@ static PyObject *Engine_program(Engine *self, PyObject *args) {
     p->msgs[i].kind = kind; p->msgs[i].peer = peer;
     p->msgs[i].buf = (char *)(uintptr_t)ptr; p->msgs[i].len = (size_t)len;
   }
-  int at = 0, posts = 0;
+  int at = 0, posts = 0, tokens = 0;
   for (int i = 0; i < p->nacts; i++) {
-    if (nr_parse_act(p, PyList_GET_ITEM(acts, i), &p->acts[i], &at, &posts) < 0) { Py_DECREF(p); return NULL; }
+    if (nr_parse_act(p, PyList_GET_ITEM(acts, i), &p->acts[i], &at, &posts, &tokens) < 0) { Py_DECREF(p); return NULL; }
   }
   if (at != p->nmsgs) {
     PyErr_SetString(PyExc_ValueError, "the posts do not cover the recorded messages");
@@ -178,9 +199,10 @@ static PyObject *Engine_program(Engine *self, PyObject *args) {
   return (PyObject *)p;
 }
 
-/* hand one recorded step to the engine as Engine_staged does, with this replay's token and done value */
+/* hand one lane's batch of a recorded step to its engine as Engine_staged does, with this replay's token
+   and done value */
 static int nr_post(NetProgram *p, nr_act *a, const char *label, uint32_t tok, uint32_t val) {
-  Engine *e = p->eng;
+  Engine *e = p->eng[a->lane];
   batch_t *b = batch_new(a->nops, BK_STAGED);
   if (!b) return -1;
   for (int i = 0; i < a->nops; i++) {
@@ -192,7 +214,7 @@ static int nr_post(NetProgram *p, nr_act *a, const char *label, uint32_t tok, ui
   b->ready = (volatile uint32_t *)(uintptr_t)p->ready_h;
   b->ready_tok = tok;
   b->gate = p->gate ? (volatile uint32_t *)(uintptr_t)p->gate : NULL;
-  b->done = (volatile uint32_t *)(uintptr_t)p->done_h;
+  b->done = (volatile uint32_t *)(uintptr_t)p->done_h[a->lane];
   b->done_val = val;
   b->ordered = 1;
   b->timeout = p->timeout;
@@ -211,13 +233,15 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   unsigned long long stream;
   const char *label;
   if (!PyArg_ParseTuple(args, "Ks", &stream, &label)) return NULL;
-  Engine *e = p->eng;
   void *s = (void *)(uintptr_t)stream;
   int cap = 0;
   if (((cu_capturing_t)p->fn[F_CAPTURING])(s, &cap) != 0 || cap) return PyLong_FromLong(1);
-  if (atomic_load(&e->closed) || !e->started || atomic_load(&e->aborting) ||
-      __atomic_load_n(&e->first_ecode, __ATOMIC_ACQUIRE))
-    return PyLong_FromLong(2);
+  for (int j = 0; j < p->nlanes; j++) {
+    Engine *e = p->eng[j];
+    if (atomic_load(&e->closed) || !e->started || atomic_load(&e->aborting) ||
+        __atomic_load_n(&e->first_ecode, __ATOMIC_ACQUIRE))
+      return PyLong_FromLong(2);
+  }
   net_state *st = p->st;
   int rc;
   if (st->last_stream != NR_NO_STREAM && st->last_stream != stream && st->joinable) {
@@ -225,6 +249,7 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   }
   st->last_stream = stream;
   int k = 0;
+  uint32_t tok = st->tok;
   for (int i = 0; i < p->nacts; i++) {
     nr_act *a = &p->acts[i];
     switch (a->kind) {
@@ -239,15 +264,18 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
       case A_DTOD:
         if ((rc = ((cu_dtod_t)p->fn[F_DTOD])(a->dst, a->src, a->n, s))) return nr_fail("cuMemcpyDtoDAsync", rc);
         break;
-      case A_POST: {
-        uint32_t tok = ++st->tok, val = ++st->val;
+      case A_TOKEN:
+        tok = ++st->tok;
         if ((rc = ((cu_value_t)p->fn[F_WRITE])(s, p->ready_d, tok, 0))) return nr_fail("cuStreamWriteValue32", rc);
+        break;
+      case A_POST: {
+        uint32_t val = ++st->val[a->lane];
         if (nr_post(p, a, label, tok, val) < 0) return PyErr_NoMemory();
         p->vals[k++] = val;
         break;
       }
       case A_WAIT:
-        if ((rc = ((cu_value_t)p->fn[F_WAIT])(s, p->done_d, p->vals[a->post], 0)))  /* 0: GEQ */
+        if ((rc = ((cu_value_t)p->fn[F_WAIT])(s, p->done_d[p->post_lane[a->post]], p->vals[a->post], 0)))  /* GEQ */
           return nr_fail("cuStreamWaitValue32", rc);
         break;
       case A_LAUNCH:
@@ -269,7 +297,7 @@ static PyObject *NetProgram_runs(NetProgram *p, void *unused) {
 
 static PyObject *NetProgram_shape(NetProgram *p, void *unused) {
   (void)unused;
-  return Py_BuildValue("(iii)", p->nacts, p->nposts, p->nmsgs);
+  return Py_BuildValue("(iiii)", p->nacts, p->nposts, p->nmsgs, p->nlanes);
 }
 
 static PyMethodDef NetProgram_methods[] = {
@@ -279,7 +307,7 @@ static PyMethodDef NetProgram_methods[] = {
 
 static PyGetSetDef NetProgram_getset[] = {
   {"runs", (getter)NetProgram_runs, NULL, "replays enqueued", NULL},
-  {"shape", (getter)NetProgram_shape, NULL, "(actions, network steps, messages)", NULL},
+  {"shape", (getter)NetProgram_shape, NULL, "(actions, lane batches, messages, lanes)", NULL},
   {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject NetProgramType = {

@@ -93,11 +93,15 @@ class DeviceSide:
         if engine is not None:
             # the communicator's own engine: staged steps on the caller's stream (hpccl/netstep.py)
             from .netstep import StagedNet, StagedPrimitives, StagedRunner
-            net = StagedNet(engine.eng, self.device, engine)
+            # lanes: the fewest any rank wants (every rank must cut pieces to the same lanes); collective
+            lanes = min(comm._boot.allgather(engine.auto_lanes()))
+            extra = engine.lanes[1:lanes] if len(engine.lanes) >= lanes else \
+                engine.lanes[1:] + engine.add_lanes(lanes - len(engine.lanes))
+            net = StagedNet(engine.eng, self.device, engine, extra)
             net.gate = lambda: node_error_word(comm)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
             self.proxy = StagedRunner(net, self.prim, self.device, fail, capturable=comm.local_size == 1)
-            self.path = "staged steps on the network engine"
+            self.path = "staged steps on the network engine" + (f" over {lanes} lanes" if lanes > 1 else "")
             from . import netreplay
             if comm.local_size == 1 and netreplay.enabled():  # several ranks per node run hier instead
                 from .memory.cuda import CallKeys

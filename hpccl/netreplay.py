@@ -35,7 +35,7 @@ class Recording:
         self.keep: List[Any] = []
         self.why: Optional[str] = None
         self.gate: Optional[int] = None
-        self._posts: Dict[int, int] = {}  # done value -> index of the post that hands it out
+        self._posts: Dict[tuple, int] = {}  # (lane, done value) -> index of the post that hands it out
 
     def refuse(self, why: str) -> None:
         """This call cannot be replayed (the first reason is kept, for the log)."""
@@ -53,19 +53,25 @@ class Recording:
         if self._on(stream):
             self.acts.append((kind, dst, src, n))
 
-    def post(self, ops: List[tuple], val: int, gate: int, stream: int) -> None:
+    def token(self, stream: int) -> None:
+        """The next ready token written on the stream (every lane's batch of the step waits for it)."""
+        if self._on(stream):
+            self.acts.append((6, 0))
+
+    def post(self, ops: List[tuple], lane: int, val: int, gate: int, stream: int) -> None:
+        """One lane's batch of a step, handed over at the last token."""
         if not self._on(stream):
             return
         if self.gate is not None and gate != self.gate:
             self.refuse("steps with different gates")
         self.gate = gate
-        self._posts[val] = len(self._posts)
-        self.acts.append((3, len(ops)))
+        self._posts[(lane, val)] = len(self._posts)
+        self.acts.append((3, len(ops), lane))
         self.msgs.extend(ops)
 
-    def wait(self, val: int, stream: int) -> None:
+    def wait(self, lane: int, val: int, stream: int) -> None:
         if self._on(stream):
-            k = self._posts.get(val)
+            k = self._posts.get((lane, val))
             if k is None:
                 self.refuse("a wait for a step of another call")
             else:
@@ -132,8 +138,9 @@ class NetReplays:
         if len(self._progs) >= MAX_PROGRAMS:
             self.drop()
         net = self.net
+        lanes = tuple((e, h, d) for e, (h, d) in zip(net.engs, net.dones))
         self._progs[key] = net.eng.program(
-            rec.acts, rec.msgs, self._fns, (net.ready_h, net.ready_d, net.done_h, net.done_d),
+            rec.acts, rec.msgs, self._fns, (net.ready_h, net.ready_d), lanes,
             ctypes.addressof(net.st), net._join_ev, net.timeout, rec.gate or 0, rec.keep)
 
     def drop(self) -> None:

@@ -43,12 +43,21 @@ _WORDS = 1024  # done words per page of pinned words (one per captured step)
 NO_STREAM = (1 << 64) - 1
 
 
+MAX_LANES = 8
+
+
 class NetState(ctypes.Structure):
     """Counters of one communicator's eager network steps, shared with the C replay of recorded calls
-    (hpccl/_netreplay.c, net_state: keep the layouts equal): ready tokens written, done values handed out,
-    the stream of the latest call, and whether the join event was recorded after it."""
-    _fields_ = [("tok", ctypes.c_uint32), ("val", ctypes.c_uint32), ("last_stream", ctypes.c_uint64),
-                ("joinable", ctypes.c_int32), ("_pad", ctypes.c_int32)]
+    (hpccl/_netreplay.c, net_state: keep the layouts equal): ready tokens written, the stream of the latest
+    call, whether the join event was recorded after it, and per lane the done values handed out."""
+    _fields_ = [("tok", ctypes.c_uint32), ("_pad0", ctypes.c_uint32), ("last_stream", ctypes.c_uint64),
+                ("joinable", ctypes.c_int32), ("_pad1", ctypes.c_int32), ("val", ctypes.c_uint32 * MAX_LANES)]
+
+
+def new_state() -> NetState:
+    st = NetState()
+    st.last_stream = NO_STREAM
+    return st
 
 
 def _align(n: int) -> int:
@@ -74,9 +83,12 @@ class StagedNet:
     """The device half of one communicator's network path: staging memory, the ready/done words, and
     the hand-over of each step to the engine."""
 
-    def __init__(self, engine: Any, device: int, transport: Any = None) -> None:
+    def __init__(self, engine: Any, device: int, transport: Any = None, lanes: Sequence[Any] = ()) -> None:
         from .kernels import Driver
         self.eng = engine  # hpccl._netengine.Engine
+        # lane j (engines of their own: a UCP worker and a thread each) carries piece j mod L of every
+        # message, so one peer's pieces move over L connections at once; lane 0 is the communicator's engine
+        self.engs = [engine, *lanes][:MAX_LANES]
         self.transport = transport  # its EngineTransport: who an abort named (step_error)
         # the host address of a word that, set when a step's token comes, means its staged data is not whole
         # (hier: the node step's GPU error word); the engine then sends nothing
@@ -86,9 +98,10 @@ class StagedNet:
         self.timeout = float(config.get("HPCCL_TIMEOUT"))
         self._words = _Pinned(self.driver, 64)
         ctypes.memset(self._words.host, 0, 64)
-        self.ready_h, self.done_h = self._words.host, self._words.host + 4
-        self.ready_d, self.done_d = self._words.dev, self._words.dev + 4
-        self.st = NetState(0, 0, NO_STREAM, 0, 0)  # tokens, done values, last stream (shared with replays)
+        self.ready_h, self.ready_d = self._words.host, self._words.dev  # one ready word: every lane reads it
+        self.dones = [(self._words.host + 4 + 4 * j, self._words.dev + 4 + 4 * j) for j in range(len(self.engs))]
+        self.done_h, self.done_d = self.dones[0]
+        self.st = new_state()  # tokens, done values, last stream (shared with replays)
         self.rec: Any = None  # a netreplay.Recording while a call is recorded for replay
         self._stage: Optional[_Pinned] = None
         self._old: List[_Pinned] = []  # outgrown staging areas: earlier steps may still use them
@@ -162,9 +175,10 @@ class StagedNet:
             self._graph.append(area)
         else:
             area = self.staging(total)
-        # eager messages go out in the same slices as on the pipelined path (one batch here), so the
-        # peers' per-message tag sequences agree whichever path each side took
+        # eager messages go out in the same slices, on the same lanes, as on the pipelined path (one batch
+        # here), so the peers' per-lane tag sequences agree whichever path each side took
         cut = self._pieces if self.slice and not capturing else (lambda n: [(0, n)])
+        nl = len(self.engs) if not capturing else 1
         ops, off = [], 0
         for peer, ptr, n in sends:
             if n:
@@ -173,16 +187,16 @@ class StagedNet:
                     raise self._cuda("cuMemcpyDtoHAsync", rc)
                 if rec is not None:
                     rec.copy(0, area.host + off, ptr, n, stream)
-            ops.extend((0, peer, area.host + off + o, ln) for o, ln in cut(n))
+            ops.extend((i % nl, (0, peer, area.host + off + o, ln)) for i, (o, ln) in enumerate(cut(n)))
             off += _align(n)
         places = []
         for r in recvs:
-            ops.extend((1, r[0], area.host + off + o, ln) for o, ln in cut(r[1]))
+            ops.extend((i % nl, (1, r[0], area.host + off + o, ln)) for i, (o, ln) in enumerate(cut(r[1])))
             places.append(area.dev + off)
             off += _align(r[1])
         if capturing:
             done_h, done_d = self._graph_word()
-            t = self.eng.template(ops, done_h, self.timeout, label)
+            t = self.eng.template([op for _lane, op in ops], done_h, self.timeout, label)
             self._graph.append(t)
             rc = d.launch_host_func(s, ctypes.c_void_p(t.hostfn), ctypes.c_void_p(t.userdata))
             if rc:
@@ -190,10 +204,7 @@ class StagedNet:
             rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
             self.captured += 1
         else:
-            val = self._post(s, ops, label)
-            rc = d.wait_value32(s, self.done_d, val, WAIT_GEQ)
-            if rec is not None:
-                rec.wait(val, stream)
+            rc = self._wait(s, self._post(s, ops, label))
         if rc:
             raise self._cuda("cuStreamWaitValue32", rc)
         self.steps += 1
@@ -201,21 +212,41 @@ class StagedNet:
             if r[1]:
                 consume(addr, r)
 
-    def _post(self, s: Any, ops: list, label: str) -> int:
-        """Write the next ready token on the stream and hand ``ops`` to the engine as one eager batch;
-        returns the done value the stream waits for."""
+    def _post(self, s: Any, ops: list, label: str) -> List[tuple]:
+        """Write the next ready token on the stream and hand ``ops`` ((lane, op) pairs) to the engines, an
+        eager batch per lane that has any (lane 0 when none has); returns the (lane, done value) pairs the
+        stream then waits for."""
         st = self.st
         st.tok = (st.tok + 1) & 0xFFFFFFFF
-        st.val = (st.val + 1) & 0xFFFFFFFF
-        tok, val = st.tok, st.val
+        tok = st.tok
         rc = self.driver.write_value32(s, self.ready_d, tok, 0)
         if rc:
             raise self._cuda("cuStreamWriteValue32", rc)
+        rec = self.rec
+        if rec is not None:
+            rec.token(s.value or 0)
         gate = self.gate() if self.gate is not None else 0
-        self.eng.staged(ops, self.ready_h, tok, self.done_h, val, self.timeout, label, gate)
-        if self.rec is not None:
-            self.rec.post(ops, val, gate, s.value or 0)
-        return val
+        lanes = sorted({lane for lane, _op in ops}) or [0]
+        out = []
+        for j in lanes:
+            mine = [op for lane, op in ops if lane == j]
+            st.val[j] = val = (st.val[j] + 1) & 0xFFFFFFFF
+            self.engs[j].staged(mine, self.ready_h, tok, self.dones[j][0], val, self.timeout, label, gate)
+            if rec is not None:
+                rec.post(mine, j, val, gate, s.value or 0)
+            out.append((j, val))
+        return out
+
+    def _wait(self, s: Any, posted: List[tuple]) -> int:
+        """The stream waits until every lane's batch of one post has ended; the first failing driver
+        call's code, else 0."""
+        for j, val in posted:
+            rc = self.driver.wait_value32(s, self.dones[j][1], val, WAIT_GEQ)
+            if rc:
+                return rc
+            if self.rec is not None:
+                self.rec.wait(j, val, s.value or 0)
+        return 0
 
     def _pieces(self, n: int) -> List[tuple]:
         """(offset, length) of each slice of an n-byte message: a function of n alone, so sender and
@@ -241,6 +272,7 @@ class StagedNet:
             rp.append((r, area.host + off, area.dev + off, self._pieces(r[1])))
             off += _align(r[1])
         k = max(len(x[3]) for x in sp + rp)
+        nl = len(self.engs)
         pending: Optional[tuple] = None
         for i in range(k):
             ops, mine = [], []
@@ -253,16 +285,16 @@ class StagedNet:
                             raise self._cuda("cuMemcpyDtoHAsync", rc)
                         if self.rec is not None:
                             self.rec.copy(0, host + o, ptr + o, ln, stream)
-                    ops.append((0, peer, host + o, ln))
+                    ops.append((i % nl, (0, peer, host + o, ln)))
             for r, host, dev, pieces in rp:
                 if i < len(pieces):
                     o, ln = pieces[i]
-                    ops.append((1, r[0], host + o, ln))
+                    ops.append((i % nl, (1, r[0], host + o, ln)))
                     mine.append((dev + o, r, o, ln))
-            val = self._post(s, ops, label)
+            posted = self._post(s, ops, label)
             if pending is not None:
                 self._slice_out(s, pending, consume)
-            pending = (val, mine)
+            pending = (posted, mine)
         if pending is not None:
             self._slice_out(s, pending, consume)
         self.steps += 1
@@ -270,12 +302,10 @@ class StagedNet:
     def _slice_out(self, s: Any, pending: tuple, consume: Callable[[int, tuple], None]) -> None:
         """Wait on the stream for one slice's batch, then hand each received piece to ``consume`` as a
         receive of its own (the buffer and source viewed at the piece's elements)."""
-        val, mine = pending
-        rc = self.driver.wait_value32(s, self.done_d, val, WAIT_GEQ)
+        posted, mine = pending
+        rc = self._wait(s, posted)
         if rc:
             raise self._cuda("cuStreamWaitValue32", rc)
-        if self.rec is not None:
-            self.rec.wait(val, s.value or 0)
         for addr, r, o, ln in mine:
             if ln:
                 consume(addr, _piece_of(r, o, ln))
@@ -287,11 +317,14 @@ class StagedNet:
     # ----- failures and life cycle -------------------------------------------------------------------
     def pending(self) -> bool:
         """Whether an eager step handed to the engine has not ended yet (its done word is behind)."""
-        done = ctypes.c_uint32.from_address(self.done_h).value
-        return 0 < ((self.st.val - done) & 0xFFFFFFFF) < (1 << 31)
+        for j, (h, _d) in enumerate(self.dones):
+            done = ctypes.c_uint32.from_address(h).value
+            if 0 < ((self.st.val[j] - done) & 0xFFFFFFFF) < (1 << 31):
+                return True
+        return False
 
     def error(self) -> Optional[HpcclError]:
-        e = self.eng.error()
+        e = next((x for x in (eng.error() for eng in self.engs) if x is not None), None)
         if e is None:
             return None
         return step_error(e, None if self.transport is None else self.transport._failed)

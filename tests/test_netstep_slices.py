@@ -48,8 +48,10 @@ def _net(slice_bytes: int):
     n = object.__new__(netstep.StagedNet)
     n.driver = _Rec()
     n.eng = _Eng(n.driver.log)
+    n.engs = [n.eng]
+    n.dones = [(0, 0)]
     n.gate, n.timeout, n.slice = None, 5.0, slice_bytes
-    n.st = netstep.NetState(0, 0, netstep.NO_STREAM, 0, 0)
+    n.st = netstep.new_state()
     n.rec = None
     n.ready_d = n.done_d = n.ready_h = n.done_h = 0
     n.steps = 0

@@ -13,6 +13,7 @@ error naming the ranks and the variables to check."""
 from __future__ import annotations
 
 import os
+import re
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -145,6 +146,8 @@ class EngineTransport(ControlChannel, Transport):
         self.rank, self.size = rank, bootstrap.size
         self._boot = bootstrap
         self.eng: Any = None
+        self.lanes: List[Any] = []  # self.eng, then the engines add_lanes() made
+        self._nodes = list(nodes)
         self._pool: Dict[tuple, List[np.ndarray]] = {}
         self._closed = False
         self._origin: Optional[int] = None  # the rank this rank's own abort named (abort(origin))
@@ -165,6 +168,7 @@ class EngineTransport(ControlChannel, Transport):
             cfg["TLS"] = "all"
         problem: Optional[str] = None
         address = b""
+        self._cfg = cfg
         try:
             try:
                 self.eng = _ne.Engine(rank, self.size, cfg)
@@ -172,8 +176,8 @@ class EngineTransport(ControlChannel, Transport):
                 log.warn("TRANSPORT", "UCX refused hpccl's TCP settings %s (%s); using UCX's defaults "
                          "(HPCCL_UCX_TCP_TUNE=0 silences this)", self.wire, exc)
                 self.wire = {}
-                self.eng = _ne.Engine(rank, self.size, {k: v for k, v in cfg.items()
-                                                        if k in ("TLS", "KEEPALIVE_INTERVAL")})
+                self._cfg = {k: v for k, v in cfg.items() if k in ("TLS", "KEEPALIVE_INTERVAL")}
+                self.eng = _ne.Engine(rank, self.size, self._cfg)
             problem = _device_problem(self.eng.info())
             if problem is None:
                 address = self.eng.address()
@@ -188,6 +192,7 @@ class EngineTransport(ControlChannel, Transport):
         except Exception as exc:  # noqa: BLE001
             problem = f"UCX endpoints could not be made: {exc}"
         self._collective_check(problem, HpcclSystemError)
+        self.lanes = [self.eng]
         self._control_init()
         self._wireup()
         log.info("TRANSPORT", "ucx engine: rank %d/%d, UCX_TLS=%s, UCX %s, TCP settings %s, ready in %.3fs",
@@ -303,12 +308,47 @@ class EngineTransport(ControlChannel, Transport):
         for m in self.eng.ctrl_poll():
             yield np.array(m, dtype=np.int64)
 
+    def add_lanes(self, n: int) -> List[Any]:
+        """n more engines connected to every peer (lanes for GPU network steps, hpccl/netstep.py), made
+        with this engine's UCX settings; collective. Closed and aborted with this transport."""
+        engs: List[Any] = []
+        problem: Optional[str] = None
+        try:
+            for _ in range(n):
+                engs.append(_ne.Engine(self.rank, self.size, dict(self._cfg)))
+        except Exception as exc:  # noqa: BLE001
+            problem = f"a lane's UCX worker could not be made: {exc}"
+        self._collective_check(problem, HpcclSystemError)
+        for e in engs:
+            addresses = self._boot.allgather(e.address())
+            problem = None
+            try:
+                e.connect(list(addresses), [self._nodes[p] != self._nodes[self.rank] for p in range(self.size)])
+            except Exception as exc:  # noqa: BLE001
+                problem = f"a lane's UCX endpoints could not be made: {exc}"
+            self._collective_check(problem, HpcclSystemError)
+            self.lanes.append(e)
+        return engs
+
+    def auto_lanes(self) -> int:
+        """HPCCL_NET_LANES, or when 0: 1 where UCX has an RDMA transport, else min(4, half this rank's
+        cores per rank of its node)."""
+        n = config.get("HPCCL_NET_LANES")
+        if n > 0:
+            return min(n, 8)
+        info = self.eng.info() if self.eng is not None else ""
+        if re.search(r"\b(rc|rc_mlx5|rc_verbs|dc|dc_mlx5|ud|ud_mlx5|ud_verbs|ib)\b", info):
+            return 1
+        local = max(1, self._nodes.count(self._nodes[self.rank]))
+        return max(1, min(4, len(os.sched_getaffinity(0)) // (2 * local)))
+
     def abort(self, origin: int) -> None:
         if self._origin is None:
             self._origin = origin
         ControlChannel.abort(self, origin)
         if self.eng is not None and not self._closed:
-            self.eng.abort(origin)
+            for e in self.lanes:
+                e.abort(origin)
 
     # ----- life cycle --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -316,6 +356,8 @@ class EngineTransport(ControlChannel, Transport):
             return
         self._closed = True
         self._pool = {}
+        for e in self.lanes[1:]:
+            e.close()
         if self.eng is not None:
             self.eng.close()
 

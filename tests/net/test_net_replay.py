@@ -136,14 +136,16 @@ class Mem:
     rec = None
 
 
-def _net(eng, gpu: Gpu, slice_bytes: int):
+def _net(engs, gpu: Gpu, slice_bytes: int):
     n = object.__new__(netstep.StagedNet)
-    n.driver, n.eng, n.gate, n.timeout, n.slice = gpu, eng, None, 15.0, slice_bytes
-    n.st = netstep.NetState(0, 0, netstep.NO_STREAM, 0, 0)
+    n.driver, n.eng, n.gate, n.timeout, n.slice = gpu, engs[0], None, 15.0, slice_bytes
+    n.engs = list(engs)
+    n.st = netstep.new_state()
     n.rec = None
     n._words = (ctypes.c_uint32 * 16)()
     n.ready_h = n.ready_d = ctypes.addressof(n._words)
-    n.done_h = n.done_d = n.ready_h + 4
+    n.dones = [(n.ready_h + 4 + 4 * j,) * 2 for j in range(len(engs))]
+    n.done_h = n.done_d = n.dones[0][0]
     n._join_ev = 0
     n.steps = 0
     area = Area(1 << 20)
@@ -152,19 +154,36 @@ def _net(eng, gpu: Gpu, slice_bytes: int):
     return n
 
 
-@pytest.fixture()
-def pair():
+def _engines():
     a = ne.Engine(0, 2, {"TLS": "tcp,self"})
     b = ne.Engine(1, 2, {"TLS": "tcp,self"})
     addrs = [a.address(), b.address()]
     a.connect(addrs, [False, True])
     b.connect(addrs, [True, False])
+    return a, b
+
+
+@pytest.fixture()
+def pair():
+    a, b = _engines()
     gpus = [Gpu(), Gpu()]
     yield (a, b), gpus
     for g in gpus:
         g.stop()
     a.close()
     b.close()
+
+
+@pytest.fixture()
+def lanes():
+    """Two ranks with two lanes each: lane 0 and lane 1 are separate engine pairs."""
+    l0, l1 = _engines(), _engines()
+    gpus = [Gpu(), Gpu()]
+    yield [(l0[0], l1[0]), (l0[1], l1[1])], gpus
+    for g in gpus:
+        g.stop()
+    for e in (*l0, *l1):
+        e.close()
 
 
 def _all_reduce(net: netstep.StagedNet, gpu: Gpu, me: int, x: np.ndarray, y: np.ndarray, label: str) -> None:
@@ -177,10 +196,11 @@ def _all_reduce(net: netstep.StagedNet, gpu: Gpu, me: int, x: np.ndarray, y: np.
     net.step(1, [(1 - me, x.ctypes.data, x.nbytes)], [(1 - me, x.nbytes, y, "sum", x)], label, consume)
 
 
-def test_replay_and_python_path_match_every_call(pair):
-    (ea, eb), gpus = pair
+def _interleaved(engs, gpus):
+    """40 all_reduce calls per rank: rank 0 replays from its second call on, rank 1 runs Python on even
+    calls; every result checked on the stream."""
     count = 2600  # 10400 bytes in 4 KiB slices: 3 network steps per call, pipelined
-    nets = [_net(e, g, 4096) for e, g in zip((ea, eb), gpus)]
+    nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
     reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
     xs = [np.zeros(count, np.float32) for _ in range(2)]
     ys = [np.zeros(count, np.float32) for _ in range(2)]
@@ -203,19 +223,37 @@ def test_replay_and_python_path_match_every_call(pair):
         assert not g.failed, g.failed
     assert wrong == []
     assert reps[0].replayed == 39 and reps[1].replayed == 20
-    prog = reps[0]._progs[key]
-    assert prog.shape == (3 + 3 + 3 + 3, 3, 6)  # 3 copies in, 3 posts (a send and a receive each), 3 waits, 3 adds
     assert gpus[0].calls["launch"] == 3 * 40
+    return nets, reps[0]._progs[key]
+
+
+def test_replay_and_python_path_match_every_call(pair):
+    (ea, eb), gpus = pair
+    nets, prog = _interleaved([(ea,), (eb,)], gpus)
+    # 3 copies in, 3 tokens, 3 batches (a send and a receive each), 3 waits, 3 adds; one lane
+    assert prog.shape == (15, 3, 6, 1)
     for n in nets:  # one token and one done value per step, Python's and the replays' on one counter
-        assert n.st.tok == n.st.val == 3 * 40
+        assert n.st.tok == n.st.val[0] == 3 * 40
         assert ctypes.c_uint32.from_address(n.done_h).value == 3 * 40
     assert ea.error() is None and eb.error() is None
+
+
+def test_lanes_carry_alternate_slices(lanes):
+    """Two lanes: slice i of every message goes over lane i mod 2 (its own engine, done word and counter),
+    on the Python path and in replays alike."""
+    engs, gpus = lanes
+    nets, prog = _interleaved(engs, gpus)
+    assert prog.shape == (15, 3, 6, 2)
+    for n in nets:  # slices 0 and 2 on lane 0, slice 1 on lane 1, in each of the 40 calls
+        assert n.st.tok == 3 * 40 and list(n.st.val[:2]) == [2 * 40, 40]
+        assert [ctypes.c_uint32.from_address(h).value for h, _d in n.dones] == [80, 40]
+    assert all(e.error() is None for pair_ in engs for e in pair_)
 
 
 def test_capture_and_engine_failure_enqueue_nothing(pair):
     (ea, eb), gpus = pair
     count = 256
-    nets = [_net(e, g, 4096) for e, g in zip((ea, eb), gpus)]
+    nets = [_net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
     reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
     xs = [np.full(count, r + 1, np.float32) for r in range(2)]
     ys = [np.zeros(count, np.float32) for _ in range(2)]
@@ -239,18 +277,19 @@ def test_capture_and_engine_failure_enqueue_nothing(pair):
 def test_a_recording_refuses_what_it_cannot_replay():
     rec = netreplay.Recording(7)
     rec.copy(0, 1, 2, 3, 7)
-    rec.post([(0, 1, 100, 8)], 5, 0, 7)
-    rec.wait(5, 7)
-    assert rec.why is None and rec.acts == [(0, 1, 2, 3), (3, 1), (4, 0)]
+    rec.token(7)
+    rec.post([(0, 1, 100, 8)], 1, 5, 0, 7)
+    rec.wait(1, 5, 7)
+    assert rec.why is None and rec.acts == [(0, 1, 2, 3), (6, 0), (3, 1, 1), (4, 0)]
     rec.launch(1, 1, 1, tuple(range(9)), 7)
     assert rec.why == "a kernel with more than 8 arguments"
     other = netreplay.Recording(7)
     other.copy(0, 1, 2, 3, 8)
     assert other.why == "work on another stream"
     late = netreplay.Recording(7)
-    late.wait(9, 7)
+    late.wait(0, 9, 7)
     assert late.why == "a wait for a step of another call"
     gated = netreplay.Recording(7)
-    gated.post([], 1, 0, 7)
-    gated.post([], 2, 64, 7)
+    gated.post([], 0, 1, 0, 7)
+    gated.post([], 0, 2, 64, 7)
     assert gated.why == "steps with different gates"
