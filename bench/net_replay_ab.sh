@@ -4,8 +4,8 @@
 #   check  the quick GPU matrix at split:1 with 2 ranks, and the replay and stream-order tests at 4 and 8
 #   fail   the timeout tests at split:1 (a replayed call whose peer never comes)
 #   cost   host time per call and GPU time per call (bench/net_step_cost.py), replays on and off
-#   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), replays on and off interleaved
-#          over ROUNDS rounds, every result checked
+#   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), the VARIANTS (default: replays on
+#          and off) interleaved over ROUNDS rounds, every result checked
 #   colls  all_gather, reduce_scatter, broadcast vs NCCL sockets, replays on
 #   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
 cd "$(dirname "$0")/.."
@@ -52,10 +52,10 @@ for stage in ${STAGES:-check cost perf}; do
     done ;;
   perf)
     for round in $(seq ${ROUNDS:-2}); do
-      for r in 1 0; do
-        echo "=== round $round, HPCCL_NET_REPLAY=$r, all_reduce ($(date -u +%T))"
-        timeout 150 $M -x HPCCL_NET_REPLAY=$r -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f 8 --check \
-          --compare nccl --json "$OUT/ar_replay${r}_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
+      for v in ${VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
+        echo "=== round $round, $v, all_reduce ($(date -u +%T))"
+        timeout 150 $M -x $v -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
+          --compare nccl --json "$OUT/ar_${v#HPCCL_}_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
       done
     done ;;
   colls)
