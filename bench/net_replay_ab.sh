@@ -2,6 +2,7 @@
 # HPCCL_NET_REPLAY on the one-GPU machine (issue 33): 2 ranks as 2 nodes (HPCCL_NODE_ID=split:1) on one GPU
 # under MPS. STAGES (default "check cost perf"):
 #   check  the quick GPU matrix at split:1 with 2 ranks, and the replay and stream-order tests at 4 and 8
+#   hier   GPU tests at split:2 with 4 ranks (hier: node kernels and network steps)
 #   fail   the timeout tests at split:1 (a replayed call whose peer never comes)
 #   cost   host time per call and GPU time per call (bench/net_step_cost.py), replays on and off
 #   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), the VARIANTS (default: replays on
@@ -40,6 +41,12 @@ for stage in ${STAGES:-check cost perf}; do
         -p no:cacheprovider --color=no -rs -k "replay or stream_order or back_to_back or test_all_reduce_dtype" 2>&1 \
         | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1
     done ;;
+  hier)
+    echo "=== hier at split:2, 4 ranks (node kernels + network steps on lanes) ($(date -u +%T))"
+    timeout ${T_SUB:-150} ${M/split:1/split:2} -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n 4 python3 -m pytest \
+      tests/gpu/test_cuda.py -q -x -p no:cacheprovider --color=no -rs \
+      -k "stream_order or back_to_back or test_all_reduce_dtype or test_all_gather or broadcast_reduce or graph" 2>&1 \
+      | grep -a -E "passed|failed|FAILED|Error" | sort | uniq -c || rc=1 ;;
   fail)
     echo "=== timeout tests at split:1, 2 ranks (a replayed call whose peer never comes) ($(date -u +%T))"
     timeout ${T_SUB:-150} $M -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider --color=no -rs \

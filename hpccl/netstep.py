@@ -257,10 +257,11 @@ class StagedNet:
 
     def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
                      consume: Callable[[int, tuple], None], total: int) -> None:
-        """One eager exchange as a batch per slice, software-pipelined on the stream: slice i+1's
-        device-to-host copies are enqueued before the wait for slice i, so they overlap its wire time, and
-        slice i's copy-out or reduction overlaps slice i+1's wire. Slices occupy disjoint parts of the
-        staging area, so no slice's data is overwritten while the engine or the GPU still reads it."""
+        """One eager exchange as a batch per slice, software-pipelined on the stream: the device-to-host
+        copies of the next max(2, lanes) - 1 slices are enqueued before the wait for slice i, so that many
+        slices are on the wire at once (one per lane) while slice i is copied out or reduced. Slices occupy
+        disjoint parts of the staging area, so no slice's data is overwritten while the engine or the GPU
+        still reads it."""
         d = self.driver
         s = ctypes.c_void_p(stream)
         area = self.staging(total)
@@ -273,7 +274,8 @@ class StagedNet:
             off += _align(r[1])
         k = max(len(x[3]) for x in sp + rp)
         nl = len(self.engs)
-        pending: Optional[tuple] = None
+        depth = max(2, nl)
+        pending: List[tuple] = []
         for i in range(k):
             ops, mine = [], []
             for peer, ptr, host, pieces in sp:
@@ -291,12 +293,11 @@ class StagedNet:
                     o, ln = pieces[i]
                     ops.append((i % nl, (1, r[0], host + o, ln)))
                     mine.append((dev + o, r, o, ln))
-            posted = self._post(s, ops, label)
-            if pending is not None:
-                self._slice_out(s, pending, consume)
-            pending = (posted, mine)
-        if pending is not None:
-            self._slice_out(s, pending, consume)
+            pending.append((self._post(s, ops, label), mine))
+            if len(pending) >= depth:
+                self._slice_out(s, pending.pop(0), consume)
+        for p in pending:
+            self._slice_out(s, p, consume)
         self.steps += 1
 
     def _slice_out(self, s: Any, pending: tuple, consume: Callable[[int, tuple], None]) -> None:

@@ -44,12 +44,12 @@ class _Area:
     host, dev, nbytes = 1 << 32, 1 << 40, 1 << 30
 
 
-def _net(slice_bytes: int):
+def _net(slice_bytes: int, lanes: int = 1):
     n = object.__new__(netstep.StagedNet)
     n.driver = _Rec()
     n.eng = _Eng(n.driver.log)
-    n.engs = [n.eng]
-    n.dones = [(0, 0)]
+    n.engs = [n.eng] * lanes
+    n.dones = [(0, 0)] * lanes
     n.gate, n.timeout, n.slice = None, 5.0, slice_bytes
     n.st = netstep.new_state()
     n.rec = None
@@ -101,3 +101,19 @@ def test_messages_within_a_slice_take_the_unsliced_path():
     net, got, _ = _run(1 << 20, 4096)
     assert len(net.eng.batches) == 1 and [ln for _k, _p, ln in _per_peer(net)] == [4096, 4096]
     assert len(got) == 1 and got[0][1] == 4096
+
+
+def test_lanes_deepen_the_pipeline():
+    """With 4 lanes, slices 0-3 are all on the wire (their copies out to the host enqueued, one lane each)
+    before the stream waits for slice 0; slice i goes to lane i mod 4 on both paths."""
+    net = _net(4096, lanes=4)
+    buf = np.zeros(6 * 1024, np.float32)
+    net.step(0, [(1, 0x1000, 6 * 4096)], [(1, 6 * 4096, buf, None, None)], "x", lambda a, r: None)
+    log = net.driver.log
+    first_wait = next(i for i, e in enumerate(log) if e[0] == "wait")
+    assert [e for e in log[:first_wait] if e[0] == "dtoh"] == [("dtoh", 0x1000 + 4096 * i, 4096) for i in range(4)]
+    assert len([e for e in log if e[0] == "wait"]) == 6
+    whole = _net(4096, lanes=4)  # the unsliced path cuts the same pieces onto the same lanes, in one post
+    nc = np.zeros(12 * 1024, np.float32)[::2]
+    whole.step(0, [(1, 0x1000, 6 * 4096)], [(1, 6 * 4096, nc, None, None)], "x", lambda a, r: None)
+    assert sorted(_per_peer(whole)) == sorted(_per_peer(net))
