@@ -62,7 +62,7 @@ for stage in ${STAGES:-check cost perf}; do
       for v in ${VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
         echo "=== round $round, $v, all_reduce ($(date -u +%T))"
         timeout 150 $M -x $v -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
-          --compare nccl --json "$OUT/ar_${v#HPCCL_}_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
+          --compare nccl --json "$OUT/ar_$(echo ${v#HPCCL_} | tr = _)_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
       done
     done ;;
   colls)
