@@ -9,8 +9,14 @@ import ctypes
 import threading
 import time
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_pair import engine_pair  # noqa: E402
 
 try:
     from hpccl.transport.engine import load
@@ -23,11 +29,7 @@ HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 @pytest.fixture()
 def pair():
-    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
-    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
-    addrs = [a.address(), b.address()]
-    a.connect(addrs, [False, True])
-    b.connect(addrs, [True, False])
+    a, b = engine_pair(ne)
     yield a, b
     a.close()
     b.close()

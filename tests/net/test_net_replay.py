@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import ctypes
 import queue
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_pair import engine_pair  # noqa: E402
 
 from hpccl import netreplay, netstep
 
@@ -155,12 +160,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
 
 
 def _engines():
-    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
-    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
-    addrs = [a.address(), b.address()]
-    a.connect(addrs, [False, True])
-    b.connect(addrs, [True, False])
-    return a, b
+    return engine_pair(ne)
 
 
 @pytest.fixture()

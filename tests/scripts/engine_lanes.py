@@ -20,7 +20,7 @@ ys = [np.zeros_like(x) for _ in t.lanes]
 ops = [e.recv(peer, y) for e, y in zip(t.lanes, ys)] + [e.send(peer, x) for e in t.lanes]
 out["moved"] = all(op.wait(30) for op in ops) and all(bool(np.all(y == peer + 1)) for y in ys)
 comm.barrier()
-if comm.rank == 0:  # an abort fails what waits on every lane at once
+if comm.rank == 0:  # an abort fails what waits on every lane at once (rank 1 stays until then)
     pending = [e.recv(peer, ys[0]) for e in extra]
     t0 = time.monotonic()
     comm.abort()
@@ -34,6 +34,7 @@ if comm.rank == 0:  # an abort fails what waits on every lane at once
     out["abort_s"] = time.monotonic() - t0
     out["codes"] = codes
     out["aborted"] = codes == [3] * len(pending)  # E_ABORT on every lane
+comm.mpi_comm.Barrier()
 print("RESULT " + json.dumps(out), flush=True)
 try:
     comm.destroy()
