@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from mpirun import run_mpi
 
@@ -54,3 +55,5 @@ def test_info_prints_config_and_topology():
     assert proc.returncode == 0, proc.stdout
     assert "HPCCL_TIMEOUT" in proc.stdout and "17.0" in proc.stdout and "[env]" in proc.stdout
     assert "ranks 2, nodes 2" in proc.stdout
+    lanes = re.search(r"network lanes for GPU steps: (\d+) \(HPCCL_NET_LANES=0, auto", proc.stdout)
+    assert lanes and 1 <= int(lanes.group(1)) <= 4, proc.stdout[-3000:]

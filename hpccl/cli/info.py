@@ -75,6 +75,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     say(f"  ranks {comm.size}, nodes {comm.num_nodes}, host path '{comm._path}'")
     for node in range(comm.num_nodes):
         say(f"  node {node} ({comm.nodes.node_names[node]}): ranks {comm.nodes.ranks_on(node)}")
+    eng = comm._table.find("engine") if comm.num_nodes > 1 else None
+    if eng is not None and hasattr(eng, "auto_lanes"):  # what a GPU side made now would use (collective)
+        lanes = min(comm._boot.allgather(eng.auto_lanes()))
+        say(f"  network lanes for GPU steps: {lanes} (HPCCL_NET_LANES={config.get('HPCCL_NET_LANES')}"
+            + (", auto: 1 with an RDMA transport, else up to 4 by this rank's cores" if
+               config.get("HPCCL_NET_LANES") <= 0 else "") + "; the fewest any rank chooses)")
     shm = shutil.disk_usage("/dev/shm") if os.path.isdir("/dev/shm") else None
     say(f"  this host {socket.gethostname()}: {os.cpu_count()} CPUs, /dev/shm "
         + (f"{shm.total / 2**20:.0f} MiB ({shm.free / 2**20:.0f} free)" if shm else "absent"))
