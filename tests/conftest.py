@@ -7,6 +7,39 @@ import pytest
 
 import mpirun
 
+#: the quick tier (`bash scripts/test.sh --quick`, or `pytest -m quick`): every subsystem once, in under
+#: 5 minutes on a 2-core machine. Node ids, or prefixes of them (a whole file, a parametrised case).
+QUICK = (
+    # front end, planner, configuration, errors
+    "tests/test_units.py", "tests/test_frontend_units.py", "tests/test_planner.py",
+    "tests/test_platform_guard.py",
+    # the node's host path: shared memory and the compiled hot path, under mpiexec
+    "tests/test_multirank.py::test_suite[collectives-default-buffers-2]",
+    "tests/test_multirank.py::test_suite[hotpath-2]",
+    # the network: the engine, its compiled path across nodes, replays and lanes
+    "tests/net/test_engine_units.py", "tests/net/test_net_replay.py", "tests/net/test_engine_lanes.py",
+    "tests/test_multirank.py::test_suite[net-hot-2nodes-x1]",
+    # the GPU side, as far as a machine without a GPU can check it
+    "tests/test_netstep_slices.py", "tests/test_gpu_sync.py", "tests/test_cuda_sources.py::test_ctypes_mirror",
+    # failures, observability, the command-line tools
+    "tests/test_failure_units.py", "tests/test_control_units.py",
+    "tests/test_failures.py::test_skipped_collective_times_out_naming_the_missing_rank[2-]",
+    "tests/test_log.py", "tests/test_plain_text.py", "tests/test_trace.py::test_nvtx",
+    "tests/test_cli.py::test_info", "tests/test_cli.py::test_perf_rejects",
+    # torch.distributed
+    "tests/test_torch_backend.py::test_torch_backend[2]",
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "quick: the quick tier (tests/conftest.py QUICK; scripts/test.sh --quick)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.startswith(QUICK):
+            item.add_marker(pytest.mark.quick)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_makereport(item, call):
