@@ -1,6 +1,7 @@
 """Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
 (tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
-reposted from another thread (as CUDA's host-function thread does), abort, control messages, close.
+reposted from another thread (as CUDA's host-function thread does), recorded calls replayed from C on two
+threads (NetProgram), abort, control messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
 """
@@ -110,6 +111,70 @@ for i in range(50):
     assert until(lambda: done[0] == 1 and done[1] == 1), i
     ta.state(), a.counters(), b.dead()
 assert a.error() is None and b.error() is None
+
+# recorded GPU calls replayed from C (NetProgram, hpccl/_netreplay.c), each rank's on a thread of its own as
+# callers' threads do, beside the engine threads: a stand-in driver whose "stream" runs at once (word
+# writes immediately; a wait spins until the engine wrote the done word; copies do nothing: the data the
+# engine moves is checked above)
+DTOH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+HTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+DTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+VALUE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint)
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *([ctypes.c_uint] * 7), ctypes.c_void_p,
+                          ctypes.c_void_p, ctypes.c_void_p)
+CAPT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+REC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+WEV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+
+
+def _store(s, addr, v, f):
+    ctypes.c_uint32.from_address(addr).value = v
+    return 0
+
+
+def _spin(s, addr, v, f):
+    return 0 if until(lambda: ((ctypes.c_uint32.from_address(addr).value - v) & 0xFFFFFFFF) < (1 << 31)) else 1
+
+
+def _capt(s, st):
+    st[0] = 0
+    return 0
+
+
+cbs = (DTOH(lambda h, d, n, s: 0), HTOD(lambda d, h, n, s: 0), DTOD(lambda d, sr, n, s: 0), VALUE(_store), VALUE(_spin),
+       LAUNCH(lambda *a: 0), CAPT(_capt), REC(lambda ev, s: 0), WEV(lambda s, ev, f: 0))
+fns = tuple(ctypes.cast(c, ctypes.c_void_p).value for c in cbs)
+state = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # netstep.NetState's layout: tok, pad, stream(2), join, pad, vals
+pw = [(ctypes.c_uint32 * 4)() for _ in range(2)]      # ready word, done word
+for st in state:
+    st[2] = st[3] = 0xFFFFFFFF
+src = [np.full(1 << 16, r + 1, np.uint8) for r in range(2)]
+dst = [np.zeros(1 << 16, np.uint8) for _ in range(2)]
+progs = []
+for r, eng in enumerate((a, b)):
+    rw, dw = ctypes.addressof(pw[r]), ctypes.addressof(pw[r]) + 4
+    acts = [(0, dst[r].ctypes.data, src[r].ctypes.data, 16), (6, 0), (3, 2, 0), (4, 0)]
+    msgs = [(ne.SEND, 1 - r, src[r].ctypes.data, src[r].nbytes), (ne.RECV, 1 - r, dst[r].ctypes.data, dst[r].nbytes)]
+    progs.append(eng.program(acts, msgs, fns, (rw, rw), ((eng, dw, dw),), ctypes.addressof(state[r]), 0,
+                             10.0, 0, None))
+ran = [0, 0]
+
+
+def replays(r):
+    for i in range(40):
+        assert progs[r].run(1, f"all_gather #{i}") == 0
+        ran[r] += 1
+
+
+threads = [threading.Thread(target=replays, args=(r,)) for r in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert ran == [40, 40] and all(p.runs == 40 for p in progs), ran
+assert all(pw[r][1] == 40 for r in range(2)), [pw[r][1] for r in range(2)]  # every replayed step ended
+assert a.error() is None and b.error() is None
+del progs
 
 r = b.recv(0, np.zeros(4, np.uint8))
 b.abort(0)
