@@ -93,8 +93,8 @@ _param("HPCCL_NET_SLICE", 1 << 20, _size,
 _param("HPCCL_NET_LANES", 0, int,
        "Lanes of GPU network steps across nodes: engines of their own (a UCP worker and a progress thread "
        "each), slice i of every message going over lane i mod L, so one peer's data moves over L connections "
-       "at once. 0 (auto): 1 where UCX has an RDMA transport (its NIC does the copying), else up to 4, at most "
-       "half the cores this rank may run on. Must be the same on every rank.")
+       "at once. 0 (auto): 1 where UCX has an RDMA transport (its NIC does the copying), else min(4, the cores "
+       "this rank may run on / (2 x the ranks on its node)); every rank takes the fewest any rank chose.")
 _param("HPCCL_NET_REPLAY", 1, int,
        "1: a repeated GPU call across nodes (same collective, buffers, dtype, op, root and stream, one rank "
        "per node) is enqueued from its recording by one C call (hpccl/_netreplay.c) instead of running its "

@@ -94,7 +94,9 @@ class DeviceSide:
             # the communicator's own engine: staged steps on the caller's stream (hpccl/netstep.py)
             from .netstep import StagedNet, StagedPrimitives, StagedRunner
             # lanes: the fewest any rank wants (every rank must cut pieces to the same lanes); collective
-            lanes = min(comm._boot.allgather(engine.auto_lanes()))
+            parent = getattr(comm, "_parent", None)  # hier's sub-communicator: its node holds the parent's ranks
+            here = parent.local_size if parent is not None else comm.local_size
+            lanes = min(comm._boot.allgather(engine.auto_lanes(here)))
             extra = engine.lanes[1:lanes] if len(engine.lanes) >= lanes else \
                 engine.lanes[1:] + engine.add_lanes(lanes - len(engine.lanes))
             net = StagedNet(engine.eng, self.device, engine, extra)

@@ -330,16 +330,17 @@ class EngineTransport(ControlChannel, Transport):
             self.lanes.append(e)
         return engs
 
-    def auto_lanes(self) -> int:
+    def auto_lanes(self, ranks_here: int = 0) -> int:
         """HPCCL_NET_LANES, or when 0: 1 where UCX has an RDMA transport, else min(4, half this rank's
-        cores per rank of its node)."""
+        cores per rank of its node; ``ranks_here``: the ranks sharing the node when this communicator holds
+        only some of them, as hier's sub-communicators do)."""
         n = config.get("HPCCL_NET_LANES")
         if n > 0:
             return min(n, 8)
         info = self.eng.info() if self.eng is not None else ""
         if re.search(r"\b(rc|rc_mlx5|rc_verbs|dc|dc_mlx5|ud|ud_mlx5|ud_verbs|ib)\b", info):
             return 1
-        local = max(1, self._nodes.count(self._nodes[self.rank]))
+        local = max(1, ranks_here, self._nodes.count(self._nodes[self.rank]))
         return max(1, min(4, len(os.sched_getaffinity(0)) // (2 * local)))
 
     def abort(self, origin: int) -> None:
