@@ -23,6 +23,11 @@ own, kept until the communicator is destroyed.
 
 A failed step (a peer gone, HPCCL_TIMEOUT, an abort) still writes its done word, so no stream stays
 blocked; the communicator's next call or synchronize() raises the error, as ncclCommGetAsyncError does.
+
+Messages above HPCCL_NET_SLICE go in slices, a batch per slice pipelined on the stream, and slice i of
+every message goes over lane i mod L (HPCCL_NET_LANES: engines of their own, with a done word and counter
+each; one ready token per step). What the steps enqueue may be recorded (``rec``) so that a repeated call
+is enqueued again by one C call (hpccl/netreplay.py).
 """
 from __future__ import annotations
 
