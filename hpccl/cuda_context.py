@@ -1,5 +1,6 @@
-"""CUDA context around a communicator's GPU calls: the current device while a call runs, the refusal of
-a capturing stream where a network step cannot be captured, and the lazy timer of traced GPU calls.
+"""CUDA context around a communicator's GPU calls: the current device while a call runs, CuPy's device and
+stream set to the caller's (stream_context), the refusal of a capturing stream where a network step cannot
+be captured, and the lazy timer of traced GPU calls.
 Imports CuPy only when a GPU call needs it; functions of the communicator (the fields they read)."""
 from __future__ import annotations
 
@@ -52,3 +53,14 @@ def gpu_begin(comm: Any, device: int, stream: int) -> Optional[int]:
         from .trace import GpuTimer
         comm._gpu_timer = GpuTimer(device)
     return comm._gpu_timer.begin(stream)
+
+
+def stream_context(device: int, stream: int) -> Any:
+    """CuPy's device and current stream set to the caller's, so CuPy work (hier's temporaries and copies,
+    avg's scaling) is ordered with the kernels on that stream."""
+    import contextlib
+    import cupy
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(device))
+    stack.enter_context(cupy.cuda.ExternalStream(stream))
+    return stack

@@ -220,15 +220,3 @@ def rank_device(local_rank: int, ndev: int) -> int:
     """This rank's GPU: HPCCL_CUDA_DEVICE when set (>= 0), else local_rank % visible GPUs."""
     device = config.get("HPCCL_CUDA_DEVICE")
     return device if device >= 0 else local_rank % ndev
-
-
-def stream_context(device: int, stream: int) -> Any:
-    """CuPy's device and current stream set to the caller's, so CuPy work (hier's temporaries and copies,
-    avg's scaling) is ordered with the kernels on that stream."""
-    import contextlib
-    import cupy
-    stack = contextlib.ExitStack()
-    stack.enter_context(cupy.cuda.Device(device))
-    stack.enter_context(cupy.cuda.ExternalStream(stream))
-    return stack
-

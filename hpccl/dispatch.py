@@ -85,7 +85,7 @@ def device_collective(comm: Any, call: Call) -> None:
     finish = call.finish
     if p.route == HIER:
         check_capture(comm, st, coll)
-        from .device import stream_context
+        from .cuda_context import stream_context
         with stream_context(dev.device, st):
             hier.run(hier_steps(comm, st), coll, *args)
             if finish is not None:

@@ -471,7 +471,7 @@ class StagedRunner:
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
         self.check_capture(stream, what)
         self.raise_error()
-        from .device import stream_context
+        from .cuda_context import stream_context
         self.prim.label = what
         with stream_context(self.device, stream):
             self.net.enter(stream)
