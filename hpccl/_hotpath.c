@@ -60,6 +60,9 @@
 #define MAXR 256
 #define BLOCK 8192 /* bytes reduced per pass over the sources (stays in L1) */
 #define BIG 65536  /* copies of at least this many bytes run without the GIL (the buffers are held) */
+/* a done word's value once its rank left a direct call it failed in (cancel()): the input it published may
+   be freed and reused from then on, so a peer that read it must not return that data as the result */
+#define LEFT INT64_MAX
 #define RCHUNK 65536 /* direct reduce_scatter reads each peer's part in chunks of this many bytes */
 #define BOUNCE 65536 /* a read at the slow placement goes through a bounce buffer in pieces of this size */
 
@@ -365,6 +368,16 @@ static int direct_ready(Hot *h) {
   return 1;
 }
 
+/* Whether a peer left the direct call in progress (it failed: LEFT in its done word); checked after this
+   rank's reads, which it orders before the check: a read that met a buffer the peer freed after leaving
+   comes after its LEFT, so the check sees it. */
+static int peer_left(Hot *h) {
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  for (int r = 0; r < h->n; r++)
+    if (r != h->rank && ld_acq(h->done[r]) == LEFT) return 1;
+  return 0;
+}
+
 /* ---- the protocol ---- */
 static int peers_at(Hot *h, int64_t v) {
   for (int r = 0; r < h->n; r++)
@@ -452,6 +465,7 @@ static int advance(Hot *h) {
       if (h->fetched == h->n - 1) h->state = S_DONE;
     }
     if (h->state == S_DONE && direct_ready(h)) {
+      if (peer_left(h)) return 1; /* the Waiter's abort check (the peer aborted as it left) raises */
       if (h->kind == K_BC && h->rank != h->root) { /* the head too, if the root did not write it; then the
                                                       root may return: this rank reads its buffer no more */
         if (ld_acq(h->done[h->root]) == 2 * h->f + 1) {
@@ -649,6 +663,7 @@ static PyObject *Hot_waiting(Hot *h, PyObject *unused) {
 }
 
 static PyObject *Hot_cancel(Hot *h, PyObject *unused) {
+  if (h->state != S_IDLE && h->direct) st_rel(h->done[h->rank], LEFT); /* before the input can be freed */
   release(h);
   Py_RETURN_NONE;
 }
