@@ -200,6 +200,30 @@ static void submit_to(Engine *e, batch_t *b, int take_ref, int wake) {
 
 static void submit(Engine *e, batch_t *b, int take_ref) { submit_to(e, b, take_ref, 1); }
 
+/* the tag of the next eager message of ``kind`` to or from ``peer``: per-pair sequence numbers taken in
+   submission order, so both ends of a pair number their messages alike (caller's thread only) */
+static uint64_t eager_tag(Engine *e, int kind, int peer) {
+  return kind == K_SEND ? ((uint64_t)e->rank << RANK_SHIFT) | (e->send_seq[peer]++ & EAGER_MASK)
+                        : ((uint64_t)peer << RANK_SHIFT) | (e->recv_seq[peer]++ & EAGER_MASK);
+}
+
+/* hand b (its ops filled in) to the engine as an eager GPU network step: tags now, in call order; posted
+   once *ready reaches tok (gate: nonzero then, nothing is sent); *done = val when it ends, in FIFO order */
+static void submit_staged(Engine *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
+                          uint32_t val, double timeout, const char *label) {
+  for (int i = 0; i < b->nops; i++) b->ops[i].tag = eager_tag(e, b->ops[i].kind, b->ops[i].peer);
+  b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
+  b->ready_tok = tok;
+  b->gate = gate ? (volatile uint32_t *)(uintptr_t)gate : NULL;
+  b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
+  b->done_val = val;
+  b->ordered = b->done != NULL;
+  b->timeout = timeout;
+  snprintf(b->label, sizeof b->label, "%s", label);
+  submit(e, b, 1);
+  batch_unref(b);  /* the engine's reference is the only one */
+}
+
 /* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
 static void op_end(op_t *o, ucs_status_t st, size_t got) {
   if (o->done) return;
@@ -1008,9 +1032,7 @@ static PyObject *one_op(Engine *self, PyObject *args, int kind) {
   o->have_view = 1;
   op_t *x = &b->ops[0];
   x->kind = kind; x->peer = peer; x->buf = o->view.buf; x->len = (size_t)o->view.len;
-  if (kind == K_SEND) x->tag = ((uint64_t)self->rank << RANK_SHIFT) | (self->send_seq[peer]++ & EAGER_MASK);
-  else x->tag = ((uint64_t)peer << RANK_SHIFT) | (self->recv_seq[peer]++ & EAGER_MASK);
-  if (p2p) x->tag |= P2P_BIT;
+  x->tag = eager_tag(self, kind, peer) | (p2p ? P2P_BIT : 0);
   b->timeout = timeout;
   submit(self, b, 1);
   return (PyObject *)o;
@@ -1074,21 +1096,7 @@ static PyObject *Engine_staged(Engine *self, PyObject *args) {
   batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_STAGED);
   if (!b) return PyErr_NoMemory();
   if (parse_ops(self, ops, b) < 0) { batch_unref(b); return NULL; }
-  for (int i = 0; i < b->nops; i++) {
-    op_t *o = &b->ops[i];
-    if (o->kind == K_SEND) o->tag = ((uint64_t)self->rank << RANK_SHIFT) | (self->send_seq[o->peer]++ & EAGER_MASK);
-    else o->tag = ((uint64_t)o->peer << RANK_SHIFT) | (self->recv_seq[o->peer]++ & EAGER_MASK);
-  }
-  b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
-  b->ready_tok = rtok;
-  b->gate = gate ? (volatile uint32_t *)(uintptr_t)gate : NULL;
-  b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
-  b->done_val = dval;
-  b->ordered = b->done != NULL;
-  b->timeout = timeout;
-  snprintf(b->label, sizeof b->label, "%s", label);
-  submit(self, b, 1);
-  batch_unref(b);  /* the engine's reference is the only one */
+  submit_staged(self, b, ready, rtok, gate, done, dval, timeout, label);
   Py_RETURN_NONE;
 }
 

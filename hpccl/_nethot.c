@@ -172,8 +172,7 @@ static int nh_post(NetHot *h) {
     nh_msg *m = &h->msgs[rd->first + i];
     op_t *o = &b->ops[i];
     o->kind = m->kind, o->peer = m->peer, o->buf = m->buf, o->len = m->len;
-    if (m->kind == K_SEND) o->tag = ((uint64_t)e->rank << RANK_SHIFT) | (e->send_seq[m->peer]++ & EAGER_MASK);
-    else o->tag = ((uint64_t)m->peer << RANK_SHIFT) | (e->recv_seq[m->peer]++ & EAGER_MASK);
+    o->tag = eager_tag(e, m->kind, m->peer);
   }
   submit_to(e, b, 1, 0);  /* nh_advance drives it from this thread at once */
   h->b = b;

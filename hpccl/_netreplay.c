@@ -199,28 +199,16 @@ static PyObject *Engine_program(Engine *self, PyObject *args) {
   return (PyObject *)p;
 }
 
-/* hand one lane's batch of a recorded step to its engine as Engine_staged does, with this replay's token
-   and done value */
+/* hand one lane's batch of a recorded step to its engine as Engine_staged does (submit_staged), with this
+   replay's token and done value */
 static int nr_post(NetProgram *p, nr_act *a, const char *label, uint32_t tok, uint32_t val) {
-  Engine *e = p->eng[a->lane];
   batch_t *b = batch_new(a->nops, BK_STAGED);
   if (!b) return -1;
   for (int i = 0; i < a->nops; i++) {
     op_t *o = &b->ops[i], *m = &p->msgs[a->first + i];
     o->kind = m->kind; o->peer = m->peer; o->buf = m->buf; o->len = m->len;
-    if (o->kind == K_SEND) o->tag = ((uint64_t)e->rank << RANK_SHIFT) | (e->send_seq[o->peer]++ & EAGER_MASK);
-    else o->tag = ((uint64_t)o->peer << RANK_SHIFT) | (e->recv_seq[o->peer]++ & EAGER_MASK);
   }
-  b->ready = (volatile uint32_t *)(uintptr_t)p->ready_h;
-  b->ready_tok = tok;
-  b->gate = p->gate ? (volatile uint32_t *)(uintptr_t)p->gate : NULL;
-  b->done = (volatile uint32_t *)(uintptr_t)p->done_h[a->lane];
-  b->done_val = val;
-  b->ordered = 1;
-  b->timeout = p->timeout;
-  snprintf(b->label, sizeof b->label, "%s", label);
-  submit(e, b, 1);
-  batch_unref(b);
+  submit_staged(p->eng[a->lane], b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label);
   return 0;
 }
 
