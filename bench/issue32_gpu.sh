@@ -3,7 +3,7 @@
 # ranks with the synchronisation chosen automatically, a foreign kernel that never ends, SIGKILL / SIGSTOP of
 # every rank position of 2 nodes x 2 and 3 nodes x 2 (HPCCL_NODE_ID=split:2) on GPU buffers, and where the
 # stream-synchronised protocol's time goes (bench/sync_probe.py). Logs go to $OUT.
-#   STAGES="matrix hog kill probe"   RANKS="2 4 8"
+#   STAGES="matrix hog kill probe"   RANKS="2 4 8"   KILL_K (pytest -k of the kill stage)
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONDONTWRITEBYTECODE=1 UCX_WARN_UNUSED_ENV_VARS=n OMPI_MCA_pml=ob1 OMPI_MCA_osc=^ucx OMPI_MCA_btl=^uct
@@ -43,7 +43,7 @@ fi
 if has kill; then
   echo "=== SIGKILL / SIGSTOP at every position, 2 and 3 nodes x 2 ranks, GPU buffers ($(date -u +%T))"
   HPCCL_TEST_HIER_BUF=cupy timeout ${T_KILL:-300} python3 -m pytest tests/test_failures.py -q -p no:cacheprovider --color=no \
-    -rs -s -k "hier_dead or hier_stopped" 2>&1 | tee "$OUT/kill_full.log" | grep -a -E "passed|failed|FAILED|Error|ranks, rank|stopped|assert" | tail -40 || rc=1
+    -rs -s -k "${KILL_K:-hier_dead or hier_stopped}" 2>&1 | tee "$OUT/kill_full.log" | grep -a -E "passed|failed|FAILED|Error|ranks, rank|stopped|assert" | tail -40 || rc=1
 fi
 if has probe; then
   echo "=== where the stream-synchronised protocol's time goes, 2 ranks ($(date -u +%T))"

@@ -9,6 +9,8 @@
 #          and off) interleaved over ROUNDS rounds, every result checked
 #   colls  all_gather, reduce_scatter, broadcast vs NCCL sockets, replays on
 #   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
+#   graph  graph capture: the capture test at split:2 x 4 and split:4 x 8 (hier), and bench/net_graph.py
+#          (all_reduce eager and replayed from a graph, vs NCCL sockets) at split:1 x 2 and split:2 x 4
 SPLIT_LOG=net_replay_ab.log source "$(dirname "$0")/split_env.sh"
 PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf"
 QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
@@ -54,6 +56,18 @@ for stage in ${STAGES:-check cost perf}; do
     for c in all_gather reduce_scatter broadcast; do
       echo "=== HPCCL_NET_REPLAY=1, $c ($(date -u +%T))"
       timeout 150 $M -n 2 $PERF $c --mem cuda -b 8 -e 64M -f 8 --check --compare nccl 2>&1 | grep -a -v "$QUIET" || rc=1
+    done ;;
+  graph)
+    for l in "split:2 4" "split:4 8"; do set -- $l
+      echo "=== graph capture at $1, $2 ranks (hier) ($(date -u +%T))"
+      timeout ${T_SUB:-150} ${M/split:1/$1} -x HPCCL_TIMEOUT=60 -n $2 python3 -m pytest tests/gpu/test_cuda.py -q \
+        -p no:cacheprovider --color=no -rs -k "graph_capture" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" \
+        | sort | uniq -c || rc=1
+    done
+    for l in "split:1 2" "split:2 4"; do set -- $l
+      echo "=== all_reduce eager and from a graph, $1 x $2 ranks, vs NCCL sockets ($(date -u +%T))"
+      timeout 150 ${M/split:1/$1} -n $2 tests/scripts/nccl_hostid.sh python3 bench/net_graph.py \
+        --json "$OUT/graph_${1/:/}_$2.json" 2>&1 | grep -a -v "NCCL INFO\|share this node" || rc=1
     done ;;
   torch)
     echo "=== torch.distributed, 2 ranks as 2 nodes, hpccl vs NCCL sockets ($(date -u +%T))"

@@ -25,25 +25,46 @@ def on_device(device: int) -> Optional[int]:
 def net_capturable(comm: Any) -> bool:
     """True when this communicator's GPU network steps (and those of hier's sub-communicators) are
     staged on the network engine, which a CUDA graph can hold."""
+    return _not_capturable(comm) is None
+
+
+def _not_capturable(comm: Any) -> Optional[str]:
+    """Why a capture of comm's network steps cannot be taken now, or None when it can."""
     dev = comm._dev
-    if dev is None or not getattr(dev.proxy, "capturable", False):
-        return False
-    return all(net_capturable(sub) for sub in comm._sub.values() if sub.num_nodes > 1)
+    if dev is None:
+        return ("the first GPU call of a communicator spanning nodes sets up its network path (collectively, "
+                "with host synchronisation), which a CUDA graph cannot hold; make one call before capturing")
+    if not getattr(dev.proxy, "capturable", False):
+        return ("on a communicator spanning nodes this call needs a network step driven by the host (UCX), "
+                "which a CUDA graph cannot hold; capture only single-node calls")
+    for sub in comm._sub.values():
+        if sub.num_nodes > 1:
+            why = _not_capturable(sub)
+            if why is not None:
+                return why
+    return None
 
 
-def check_capture(comm: Any, stream: int, what: str) -> None:
+def check_capture(comm: Any, stream: int, what: str, hier: bool = False) -> None:
     """Calls whose algorithm has a network step refuse a capturing stream before enqueuing anything,
-    unless that step is staged on the network engine (capturable)."""
-    if comm.num_nodes > 1 and not net_capturable(comm):
+    unless that step is staged on the network engine (capturable) and set up (``hier``: the call runs on
+    the sub-communicators, which its first call makes)."""
+    if comm.num_nodes > 1:
+        why = _not_capturable(comm)
+        if why is None and hier and not all(n in comm._sub for n in ("intra", "inter")):
+            why = ("the first hierarchical GPU call of a communicator makes its node and network "
+                   "sub-communicators (collectively, with host synchronisation), which a CUDA graph cannot "
+                   "hold; make one such call (all_reduce, all_gather, reduce_scatter, broadcast or reduce) "
+                   "before capturing")
+        if why is None:
+            return
         import cupy
         try:
             capturing = cupy.cuda.runtime.streamIsCapturing(stream)
         except Exception:  # noqa: BLE001
             capturing = False
         if capturing:
-            raise HpcclUnsupported(f"{what}: on a communicator spanning nodes this call needs a network "
-                                   "step driven by the host (UCX), which a CUDA graph cannot hold; "
-                                   "capture only single-node calls")
+            raise HpcclUnsupported(f"{what}: {why}")
 
 
 def gpu_begin(comm: Any, device: int, stream: int) -> Optional[int]:

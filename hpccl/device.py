@@ -47,6 +47,7 @@ class DeviceSide:
         self.prim: Optional[Primitives] = None
         self.replays: Any = None  # netreplay.NetReplays: repeated calls across nodes enqueued from C
         self.keys: Any = None     # memory.cuda.CallKeys: what a replay is looked up by
+        self.graph_keep: list = []  # temporaries of captured hier calls (graph_temp)
         self._transport: Any = None
         self.path = "kernels over peer memory"
         if comm.num_nodes == 1:
@@ -63,6 +64,21 @@ class DeviceSide:
             self._setup_network(comm, cupy)
         log.info("INIT", "GPU %d for rank %d: %s", device, comm.rank,
                  "kernels over peer memory" if self.engine is not None else self.path)
+
+    def capturing(self, stream: int) -> bool:
+        """Whether ``stream`` is capturing a CUDA graph."""
+        from .kernels import Driver
+        return Driver.get().capturing(stream)
+
+    def graph_temp(self, like: Any, count: int) -> Any:
+        """A temporary of a captured hier call: allocated with the capture mode relaxed (the pool may need
+        cudaMalloc) and kept until the communicator is destroyed, since every replay of the graph writes
+        into it (freed, the pool would hand it to other work while the graph still uses it)."""
+        from .kernels import Driver
+        with Driver.get().relaxed():
+            a = np.empty_like(like, shape=(count,))
+        self.graph_keep.append(a)
+        return a
 
     def drop_snapshots(self) -> None:
         """Forget the kernel engine's launch snapshots (the planner's plans were dropped)."""
@@ -102,7 +118,7 @@ class DeviceSide:
             net = StagedNet(engine.eng, self.device, engine, extra)
             net.gate = lambda: node_error_word(comm)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
-            self.proxy = StagedRunner(net, self.prim, self.device, fail, capturable=comm.local_size == 1)
+            self.proxy = StagedRunner(net, self.prim, self.device, fail)
             self.path = "staged steps on the network engine" + (f" over {lanes} lanes" if lanes > 1 else "")
             from . import netreplay
             if comm.local_size == 1 and netreplay.enabled():  # several ranks per node run hier instead
@@ -171,6 +187,7 @@ class DeviceSide:
             self.proxy.raise_error()
 
     def close(self) -> None:
+        self.graph_keep = []
         if self.replays is not None:
             self.replays.drop()
             self.replays = None

@@ -39,12 +39,13 @@ def declined(comm: Any, call: Call, p: Plan) -> Plan:
     return p
 
 
-def hier_steps(comm: Any, stream: Any = None) -> hier.Steps:
+def hier_steps(comm: Any, stream: Any = None, temp: Any = None) -> hier.Steps:
     """What hier runs on: this communicator's layout and its 'intra' and 'inter' sub-communicators' steps
-    (made at the first hier call, intra first, on every rank together)."""
+    (made at the first hier call, intra first, on every rank together); ``temp`` makes its temporaries
+    (default: new arrays, freed after the call)."""
     intra, inter = comm._subcomm("intra"), comm._subcomm("inter")
     return hier.Steps(comm.rank, comm.size, comm.local_rank, comm.local_size, comm.num_nodes, comm.nodes,
-                      intra._flat, inter._flat, stream)
+                      intra._flat, inter._flat, stream, temp)
 
 
 def host_collective(comm: Any, call: Call) -> None:
@@ -84,10 +85,10 @@ def device_collective(comm: Any, call: Call) -> None:
         return
     finish = call.finish
     if p.route == HIER:
-        check_capture(comm, st, coll)
+        check_capture(comm, st, coll, hier=True)
         from .cuda_context import stream_context
         with stream_context(dev.device, st):
-            hier.run(hier_steps(comm, st), coll, *args)
+            hier.run(hier_steps(comm, st, dev.graph_temp if dev.capturing(st) else None), coll, *args)
             if finish is not None:
                 dev.mem.finish(finish, call.op, comm.size)
         return

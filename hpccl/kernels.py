@@ -6,10 +6,11 @@ The ctypes structures below mirror cuda/hpccl_device.cuh (CommArgs, P2POp, P2PAr
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import config
 from .errors import HpcclSystemError, HpcclUnsupported
@@ -258,16 +259,23 @@ class Driver:
             raise HpcclSystemError(f"address {ptr:#x} is not in a live CUDA allocation: {self.error_name(rc)}")
         return base.value, size.value, bid.value
 
-    def host_alloc(self, nbytes: int) -> int:
-        """Pinned, device-mapped, portable host memory (freed with mem_free_host). Allowed while this
-        thread's stream is capturing: the capture mode is relaxed around the call, as NCCL does."""
+    @contextlib.contextmanager
+    def relaxed(self) -> Iterator[None]:
+        """This thread's stream capture mode relaxed inside the block (allocations while a stream captures,
+        as NCCL does), restored after it."""
         mode = ctypes.c_int(2)  # CU_STREAM_CAPTURE_MODE_RELAXED
         self._capture_mode(ctypes.byref(mode))
         try:
-            p = ctypes.c_void_p()
-            rc = self._mem_host_alloc(ctypes.byref(p), max(64, nbytes), 1 | 2)  # PORTABLE | DEVICEMAP
+            yield
         finally:
             self._capture_mode(ctypes.byref(mode))
+
+    def host_alloc(self, nbytes: int) -> int:
+        """Pinned, device-mapped, portable host memory (freed with mem_free_host). Allowed while this
+        thread's stream is capturing: the capture mode is relaxed around the call, as NCCL does."""
+        p = ctypes.c_void_p()
+        with self.relaxed():
+            rc = self._mem_host_alloc(ctypes.byref(p), max(64, nbytes), 1 | 2)  # PORTABLE | DEVICEMAP
         if rc:
             raise HpcclSystemError(f"cuMemHostAlloc of {nbytes} bytes failed: {self.error_name(rc)}")
         return int(p.value)

@@ -447,11 +447,10 @@ class StagedRunner:
     Python proxy had): the step runs now, on the caller's thread, enqueuing stream work; failures of
     steps already handed to the engine are raised by the next call."""
 
-    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None],
-                 capturable: bool = True) -> None:
-        #: captured network steps (a template per step, reposted by a host node at each replay); off for
-        #: layouts with several ranks per node, where hier serves: its capture hung in its first GPU run
-        self.capturable = capturable
+    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
+        #: captured network steps (a template per step, reposted by a host node at each replay), on every
+        #: layout: hier's captured calls hold node kernels and these steps in one stream order
+        self.capturable = True
         self.net, self.prim, self.device = net, prim, device
         self._on_fail = on_fail
         self._raised: Optional[HpcclError] = None
@@ -460,16 +459,7 @@ class StagedRunner:
     def reserve(self, nbytes: int) -> None:
         """Staged steps allocate on the caller's thread, in stream order: nothing to set aside."""
 
-    def check_capture(self, stream: int, what: str) -> None:
-        """Refuse a capturing stream before anything is enqueued (see ``capturable``)."""
-        if not self.capturable and self.net.driver.capturing(stream):
-            from .errors import HpcclUnsupported
-            raise HpcclUnsupported(f"{what}: CUDA graph capture of calls across nodes needs one rank per node "
-                                   "in this version (with several, hier's capture is not supported yet); "
-                                   "capture only single-node calls here")
-
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
-        self.check_capture(stream, what)
         self.raise_error()
         from .cuda_context import stream_context
         self.prim.label = what

@@ -3,7 +3,7 @@ or GPU peer memory), then the network between nodes, composed from the sub-commu
 Needs the same number of ranks on every node. The communicator hands in its Steps: hier knows no communicator."""
 from __future__ import annotations
 
-from typing import Any, Callable, List
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
@@ -23,13 +23,21 @@ class Steps:
     nodes: the NodeMap) and how to run a step, on flat arrays, on its node's ('intra') or its network
     ('inter') sub-communicator: ``intra(coll, *args, stream=...)`` and ``inter`` likewise."""
 
-    __slots__ = ("rank", "size", "local_rank", "local_size", "num_nodes", "nodes", "_intra", "_inter", "_stream")
+    __slots__ = ("rank", "size", "local_rank", "local_size", "num_nodes", "nodes", "_intra", "_inter", "_stream",
+                 "_temp")
 
     def __init__(self, rank: int, size: int, local_rank: int, local_size: int, num_nodes: int, nodes: Any,
-                 intra: Callable[..., None], inter: Callable[..., None], stream: Any = None) -> None:
+                 intra: Callable[..., None], inter: Callable[..., None], stream: Any = None,
+                 temp: Optional[Callable[[Any, int], Any]] = None) -> None:
         self.rank, self.size, self.local_rank, self.local_size = rank, size, local_rank, local_size
         self.num_nodes, self.nodes = num_nodes, nodes
         self._intra, self._inter, self._stream = intra, inter, stream
+        self._temp = temp or _empty
+
+    def temp(self, like: Any, count: int) -> Any:
+        """A flat temporary of like's memory kind and dtype; under CUDA graph capture the communicator
+        keeps it as long as the graph may replay (a graph writes into it at every replay)."""
+        return self._temp(like, count)
 
     def node(self, coll: str, *args: Any) -> None:
         """One step among the ranks of this node (shared memory or GPU kernels), on the caller's stream."""
@@ -68,7 +76,7 @@ def run(steps: Steps, coll: str, *args: Any) -> None:
         send, recv, op = args
         op = SUM if op is AVG else op
         if send.size % L == 0:  # node reduce-scatter, network all_reduce of 1/L, node all-gather
-            part = _empty(send, send.size // L)
+            part = s.temp(send, send.size // L)
             node("reduce_scatter", send, part, op)
             net("all_reduce", part, part, op)
             node("all_gather", part, recv)
@@ -87,9 +95,9 @@ def run(steps: Steps, coll: str, *args: Any) -> None:
     elif coll == "all_gather":
         send, recv = args
         c, groups = send.size, _groups(s)
-        across = _empty(send, M * c)                         # this local rank's peers on every node
+        across = s.temp(send, M * c)                         # this local rank's peers on every node
         net("all_gather", send, across)
-        local = _empty(send, L * M * c)                      # (L, nodes * c)
+        local = s.temp(send, L * M * c)                      # (L, nodes * c)
         node("all_gather", across, local)
         for l in range(L):
             for m, rank in enumerate(groups[l]):
@@ -98,8 +106,10 @@ def run(steps: Steps, coll: str, *args: Any) -> None:
         send, recv, op = args
         op = SUM if op is AVG else op
         c, groups = recv.size, _groups(s)
-        order = np.concatenate([send[rank * c:(rank + 1) * c] for l in range(L) for rank in groups[l]])
-        part = _empty(send, M * c)                           # blocks of the ranks sharing my local rank
+        order = s.temp(send, send.size)                      # send's blocks grouped by local rank
+        for i, rank in enumerate(rank for l in range(L) for rank in groups[l]):
+            order[i * c:(i + 1) * c] = send[rank * c:(rank + 1) * c]
+        part = s.temp(send, M * c)                           # blocks of the ranks sharing my local rank
         node("reduce_scatter", order, part, op)
         net("reduce_scatter", part, recv, op)
     elif coll == "broadcast":
@@ -113,7 +123,7 @@ def run(steps: Steps, coll: str, *args: Any) -> None:
         op = SUM if op is AVG else op
         lroot = s.nodes.local_rank(root)
         if s.local_rank == lroot:
-            tmp = _empty(send, send.size)
+            tmp = s.temp(send, send.size)
             node("reduce", send, tmp, lroot, op)
             net("reduce", tmp, recv if s.rank == root else tmp, _inter_rank(s, root), op)
         else:

@@ -475,8 +475,9 @@ def test_back_to_back_stress(world):
 
 def test_cuda_graph_capture(world):
     """Captured and replayed (>= 100 replays checked), on one node and, with the network engine's staged
-    steps, across nodes too; across nodes without the engine (the proxy fallback): refused before
-    anything is enqueued, and the communicator stays usable."""
+    steps, across nodes too (one rank per node, and hier's node kernels and network steps with several);
+    across nodes without the engine (the proxy fallback): refused before anything is enqueued, and the
+    communicator stays usable."""
     import cupy
     comm, dev = world
     n = comm.size
@@ -484,6 +485,8 @@ def test_cuda_graph_capture(world):
     x = cupy.full(count, comm.rank, dtype=cupy.float32)
     y = cupy.zeros(count, dtype=cupy.float32)
     g_out = cupy.zeros(count * n, dtype=cupy.float32)
+    rs_out = cupy.zeros(count // n, dtype=cupy.float32)
+    b_out = cupy.zeros(count, dtype=cupy.float32)
     s = cupy.cuda.Stream(non_blocking=True)
     cupy.cuda.runtime.deviceSynchronize()
     comm.all_reduce(x, y, SUM, stream=s)  # warm-up: first-use allocations happen outside the capture
@@ -502,6 +505,8 @@ def test_cuda_graph_capture(world):
         s.synchronize()
         assert float(y.max()) == n * (n - 1) / 2
         return
+    comm.reduce_scatter(x, rs_out, SUM, stream=s)
+    comm.broadcast(x, n - 1, recvbuf=b_out, stream=s)
     comm.barrier(stream=s)  # establishes the stream order before the capture
     s.synchronize()
     with s:
@@ -510,6 +515,8 @@ def test_cuda_graph_capture(world):
             x += 1
             comm.all_reduce(x, y, SUM, stream=s)
         comm.all_gather(x, g_out, stream=s)
+        comm.reduce_scatter(x, rs_out, SUM, stream=s)
+        comm.broadcast(x, n - 1, recvbuf=b_out, stream=s)
         g = s.end_capture()
     replays = 100
     for i in range(replays):
@@ -525,6 +532,8 @@ def test_cuda_graph_capture(world):
     blocks = g_out.reshape(n, count)
     for r in range(n):
         assert float(blocks[r].min()) == float(blocks[r].max()) == r + k, r
+    assert float(rs_out.min()) == float(rs_out.max()) == want
+    assert float(b_out.min()) == float(b_out.max()) == n - 1 + k
     comm.synchronize()
 
 
