@@ -4,9 +4,11 @@
    Work arrives as batches of tagged sends and receives of host memory:
      * from Python on the caller's thread (host collectives, and GPU network steps staged through pinned
        host memory): tags come from per-peer sequence numbers assigned at submission, in call order;
-     * from CUDA's host-function thread when a captured graph replays a network step ("templates"):
-       tags come from the template's id and its replay count, a tag space of its own, so replays and
-       eager calls never match each other's messages whatever the interleaving.
+     * from a captured CUDA graph's replays of a network step ("templates"): the graph writes the
+       template's arm word (cuStreamWriteValue32) once the staged data is in place and this engine, which
+       polls the arm words of the templates it holds, posts the step again; tags come from the template's
+       id and its replay count, a tag space of its own, so replays and eager calls never match each
+       other's messages whatever the interleaving. No host function runs in the graph.
    A batch may wait for a word in host memory to reach a token before any of its messages is posted (the
    GPU writes it with cuStreamWriteValue32 once the staged data is in place and the previous step's
    received data has been consumed), and writes a word when it completes (the
@@ -94,6 +96,8 @@ struct batch {
   struct engine *eng;
   uint32_t gid;
   _Atomic uint32_t replays;
+  volatile uint32_t *arm;    /* set to 1 by the graph at each replay; the engine clears it and reposts */
+  batch_t *anext;            /* the queue of templates to hold (qlock) */
   int finished;              /* engine thread: every op ended */
   int isctrl;                /* a control message: an abort does not cancel it (it may carry the abort) */
 };
@@ -115,6 +119,9 @@ typedef struct engine {
   atomic_int driving;        /* callers spinning on progress themselves */
   atomic_int nactive_pub;
   batch_t *qhead, *qtail;
+  batch_t *aqhead;           /* templates to hold (arm words to poll), taken by the engine thread (qlock) */
+  /* engine thread only (wlock): the templates whose arm words are polled */
+  batch_t **armed; int narmed, caparmed;
   /* engine thread only */
   batch_t **active; int nactive, capactive;
   batch_t **fifo; int fhead, ftail, capfifo;
@@ -535,11 +542,20 @@ static int ctrl_progress(Engine *e) {
   return n;
 }
 
+static void grow(void ***arr, int *cap, int need);
+static void activate(Engine *e, batch_t *b);
+
 static int drain(Engine *e) {
   pthread_mutex_lock(&e->qlock);
   batch_t *b = e->qhead;
   e->qhead = e->qtail = NULL;
+  batch_t *t = e->aqhead;
+  e->aqhead = NULL;
   pthread_mutex_unlock(&e->qlock);
+  for (; t; t = t->anext) {
+    grow((void ***)&e->armed, &e->caparmed, e->narmed + 1);
+    e->armed[e->narmed++] = t;
+  }
   int n = 0;
   while (b) {
     batch_t *next = b->qnext;
@@ -561,6 +577,36 @@ static int gated_sends(Engine *e) {
   return n;
 }
 
+/* the next replay of template b: tags of this replay's tag space, ops and error reset, then active */
+static void replay(Engine *e, batch_t *b) {
+  uint32_t r = atomic_fetch_add(&b->replays, 1);
+  for (int i = 0; i < b->nops; i++) {
+    op_t *o = &b->ops[i];
+    uint64_t idx = o->tag & 0x7F;  /* the index was fixed at capture */
+    uint64_t who = o->kind == K_SEND ? (uint64_t)e->rank : (uint64_t)o->peer;
+    o->tag = (who << RANK_SHIFT) | GRAPH_BIT | ((uint64_t)b->gid << 23) | ((uint64_t)(r & 0xFFFF) << 7) | idx;
+    o->req = NULL; o->posted = 0; o->done = 0; o->got = 0; o->st = UCS_OK;
+  }
+  b->ecode = 0; b->epeer = -1; b->err[0] = 0; b->finished = 0; b->t0 = now_s();
+  atomic_store(&b->state, B_NEW);
+  activate(e, b);
+}
+
+/* templates whose arm word a graph replay set (its staged data in place, its done word cleared before):
+   clear it and post the step again; an arm word is set only after the previous replay's done word, so a
+   template seen armed is never still active */
+static int poll_armed(Engine *e) {
+  int n = 0;
+  for (int i = 0; i < e->narmed; i++) {
+    batch_t *b = e->armed[i];
+    if (__atomic_load_n(b->arm, __ATOMIC_ACQUIRE) == 0 || atomic_load(&b->state) < B_DONE) continue;
+    __atomic_store_n(b->arm, 0, __ATOMIC_RELAXED);
+    replay(e, b);
+    n++;
+  }
+  return n;
+}
+
 static int has_gated(Engine *e) {
   for (int i = 0; i < e->nactive; i++) if (e->active[i]->unsent) return 1;
   return 0;
@@ -573,7 +619,7 @@ static void sleep_for(Engine *e, int timeout_ms, int events) {
   struct pollfd fds[2] = {{e->wake, POLLIN, 0}, {efd, POLLIN, 0}};
   atomic_store(&e->sleeping, 1);
   pthread_mutex_lock(&e->qlock);
-  int queued = e->qhead != NULL;
+  int queued = e->qhead != NULL || e->aqhead != NULL;
   pthread_mutex_unlock(&e->qlock);
   if (!queued && !atomic_load(&e->stop) && (efd < 0 || ucp_worker_arm(e->worker) == UCS_OK)) {
     pthread_mutex_unlock(&e->wlock);
@@ -596,6 +642,7 @@ static int engine_step(Engine *e) {
   if (atomic_load(&e->aborting)) abort_all(e);
   peer_failures(e);
   work += gated_sends(e);
+  if (e->narmed) work += poll_armed(e);
   work += (int)ucp_worker_progress(e->worker);
   work += ctrl_progress(e);
   work += finalize(e);
@@ -622,7 +669,8 @@ static void *engine_loop(void *arg) {
       sleep_for(e, 1, 0);
       idle = 0;
     } else if (e->nactive == 0) {
-      if (idle > 4000) { sleep_on(e, 50); idle = 0; }  /* idle: sleep until a message or a submission */
+      /* idle: sleep until a message or a submission; briefly while graphs may set arm words */
+      if (idle > 4000) { sleep_on(e, e->narmed ? 1 : 50); idle = 0; }
     } else if (idle > 20000) {
       /* waiting long for a peer: sleep on the sockets, briefly when a send waits for the GPU's word */
       int gated = has_gated(e);
@@ -768,29 +816,29 @@ typedef struct {
 
 static PyTypeObject TemplateType;
 
-static void repost(void *ud) {  /* CUDA's host-function thread: no CUDA, no Python */
-  batch_t *b = ud;
-  Engine *e = b->eng;
-  /* the previous replay ended (the stream waited for its done word, written after its state): this
-     acquire pairs with the engine's release of that state, so the engine's last writes to the ops are
-     ordered before ours; a replay still in flight would be a stream-order bug: wait it out, bounded */
-  double until = now_s() + 1.0;
-  while (atomic_load_explicit(&b->state, memory_order_acquire) < B_DONE && now_s() < until) sched_yield();
-  uint32_t r = atomic_fetch_add(&b->replays, 1);
-  for (int i = 0; i < b->nops; i++) {
-    op_t *o = &b->ops[i];
-    uint64_t idx = o->tag & 0x7F;  /* the index was fixed at capture */
-    uint64_t who = o->kind == K_SEND ? (uint64_t)e->rank : (uint64_t)o->peer;
-    o->tag = (who << RANK_SHIFT) | GRAPH_BIT | ((uint64_t)b->gid << 23) | ((uint64_t)(r & 0xFFFF) << 7) | idx;
-    o->req = NULL; o->posted = 0; o->done = 0; o->got = 0; o->st = UCS_OK;
-  }
-  b->ecode = 0; b->epeer = -1; b->err[0] = 0; b->finished = 0; b->t0 = now_s();
-  if (b->done) __atomic_store_n(b->done, 0, __ATOMIC_RELEASE);
-  atomic_store(&b->state, B_NEW);
-  submit(e, b, 0);  /* templates are owned by their Python object alone */
+/* stop polling t's arm word (its memory is about to be freed): out of the queue or the engine's list, under
+   the locks the engine thread takes them with; the engine's reference dropped */
+static void template_retire(Template *t) {
+  Engine *e = t->eng;
+  batch_t *b = t->b;
+  if (!e || !b || !b->arm) return;
+  int held = 0;
+  Py_BEGIN_ALLOW_THREADS
+  pthread_mutex_lock(&e->wlock);
+  pthread_mutex_lock(&e->qlock);
+  for (batch_t **p = &e->aqhead; *p; p = &(*p)->anext)
+    if (*p == b) { *p = b->anext; held = 1; break; }
+  pthread_mutex_unlock(&e->qlock);
+  for (int i = 0; !held && i < e->narmed; i++)
+    if (e->armed[i] == b) { e->armed[i] = e->armed[--e->narmed]; held = 1; }
+  pthread_mutex_unlock(&e->wlock);
+  Py_END_ALLOW_THREADS
+  b->arm = NULL;
+  if (held) batch_unref(b);
 }
 
 static void Template_dealloc(Template *self) {
+  template_retire(self);
   if (self->b) {
     int st = atomic_load(&self->b->state);
     if (st == B_NEW || st == B_ACTIVE) {
@@ -808,24 +856,16 @@ static PyObject *Template_state(Template *self, PyObject *noargs) {
   return Py_BuildValue("(iI)", atomic_load(&self->b->state), (unsigned)atomic_load(&self->b->replays));
 }
 
+static PyObject *Template_retire(Template *self, PyObject *noargs) {
+  (void)noargs;
+  template_retire(self);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef Template_methods[] = {
   {"state", (PyCFunction)Template_state, METH_NOARGS, "(state, replays so far)."},
+  {"retire", (PyCFunction)Template_retire, METH_NOARGS, "Stop polling the arm word (before its memory is freed)."},
   {NULL, NULL, 0, NULL}};
-
-static PyObject *Template_hostfn(Template *self, void *closure) {
-  (void)closure; (void)self;
-  return PyLong_FromVoidPtr((void *)repost);
-}
-
-static PyObject *Template_userdata(Template *self, void *closure) {
-  (void)closure;
-  return PyLong_FromVoidPtr((void *)self->b);
-}
-
-static PyGetSetDef Template_getset[] = {
-  {"hostfn", (getter)Template_hostfn, NULL, "address of the host function a graph runs to repost", NULL},
-  {"userdata", (getter)Template_userdata, NULL, "its argument", NULL},
-  {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject TemplateType = {
   PyVarObject_HEAD_INIT(NULL, 0)
@@ -834,7 +874,6 @@ static PyTypeObject TemplateType = {
   .tp_flags = Py_TPFLAGS_DEFAULT,
   .tp_doc = "A network step captured in a CUDA graph: each replay reposts it from a host node.",
   .tp_methods = Template_methods,
-  .tp_getset = Template_getset,
   .tp_dealloc = (destructor)Template_dealloc,
 };
 
@@ -1100,15 +1139,21 @@ static PyObject *Engine_staged(Engine *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
-/* template(ops, done_addr, timeout, label) -> Template: a network step a CUDA graph captured; its host
-   node (hostfn, userdata) reposts it at each replay, after the staged data is in place. */
+/* template(ops, done_addr, arm_addr, timeout, label) -> Template: a network step a CUDA graph captured. Each
+   replay clears the done word, then sets the arm word once the staged data is in place, then waits for the
+   done word to reach 1; the engine, polling the arm word from now until the Template is retired, posts the
+   step at each replay and writes 1 to the done word when it ends, ok or not. */
 static PyObject *Engine_template(Engine *self, PyObject *args) {
   PyObject *ops;
-  unsigned long long done;
+  unsigned long long done, arm;
   double timeout;
   const char *label;
-  if (!PyArg_ParseTuple(args, "O!Kds", &PyList_Type, &ops, &done, &timeout, &label)) return NULL;
+  if (!PyArg_ParseTuple(args, "O!KKds", &PyList_Type, &ops, &done, &arm, &timeout, &label)) return NULL;
   if (check_open(self) < 0) return NULL;
+  if (!arm) {
+    PyErr_SetString(PyExc_ValueError, "a template needs an arm word (the graph sets it at each replay)");
+    return NULL;
+  }
   if (self->next_gid >= MAX_TEMPLATES) {
     PyErr_SetString(PyExc_RuntimeError, "this communicator has captured 65535 network steps, the most it can hold");
     return NULL;
@@ -1132,7 +1177,8 @@ static PyObject *Engine_template(Engine *self, PyObject *args) {
   b->gid = self->next_gid++;
   b->eng = self;
   b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
-  b->done_val = 1;  /* each replay's host node sets the word to 0; the stream waits for >= 1 */
+  b->done_val = 1;  /* each replay sets the word to 0 before arming; the stream waits for >= 1 */
+  b->arm = (volatile uint32_t *)(uintptr_t)arm;
   b->timeout = timeout;
   atomic_store(&b->state, B_DONE);  /* idle until the first replay */
   snprintf(b->label, sizeof b->label, "%s", label);
@@ -1141,6 +1187,16 @@ static PyObject *Engine_template(Engine *self, PyObject *args) {
   Py_INCREF(self);
   t->eng = self;
   t->b = b;
+  atomic_fetch_add(&b->refs, 1);  /* the engine's, while it polls the arm word */
+  pthread_mutex_lock(&self->qlock);
+  b->anext = self->aqhead;
+  self->aqhead = b;
+  pthread_mutex_unlock(&self->qlock);
+  if (atomic_load(&self->sleeping)) {
+    uint64_t one = 1;
+    ssize_t w = write(self->wake, &one, sizeof one);
+    (void)w;
+  }
   return (PyObject *)t;
 }
 
@@ -1306,7 +1362,7 @@ static PyObject *Engine_close(Engine *self, PyObject *noargs) {
 static void Engine_dealloc(Engine *self) {
   engine_close(self);
   free(self->eps); free(self->remote); free((void *)self->dead); free(self->send_seq); free(self->recv_seq);
-  free(self->active); free(self->fifo);
+  free(self->active); free(self->fifo); free(self->armed);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

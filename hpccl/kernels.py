@@ -189,12 +189,11 @@ class Driver:
         self._ptr_attr = fn("cuPointerGetAttribute", P, I, U64)
         self.memcpy_async = fn("cuMemcpyDtoDAsync_v2", U64, U64, ctypes.c_size_t, P)
         self._occupancy = fn("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.POINTER(I), P, I, ctypes.c_size_t)
-        # staged network steps (hpccl/netstep.py): copies to and from pinned memory, stream memory ops, a
-        # host node per captured step, and allocations made while a stream captures
+        # staged network steps (hpccl/netstep.py): copies to and from pinned memory, stream memory ops, and
+        # allocations made while a stream captures
         self.memcpy_dtoh = fn("cuMemcpyDtoHAsync_v2", P, U64, ctypes.c_size_t, P)
         self.memcpy_htod = fn("cuMemcpyHtoDAsync_v2", U64, P, ctypes.c_size_t, P)
         self.write_value32 = fn("cuStreamWriteValue32_v2", P, U64, ctypes.c_uint32, u)
-        self.launch_host_func = fn("cuLaunchHostFunc", P, P, P)
         self._mem_host_alloc = fn("cuMemHostAlloc", ctypes.POINTER(P), ctypes.c_size_t, u)
         self.mem_free_host = fn("cuMemFreeHost", P)
         self._capture_mode = fn("cuThreadExchangeStreamCaptureMode", ctypes.POINTER(I))

@@ -15,11 +15,12 @@ shares the staging memory), and writes v when every message has ended, ok or not
 CUDA and never takes the GIL, so nothing the caller's thread does (allocating, loading kernels, holding
 the GIL) can stall a step.
 
-Under CUDA graph capture the same step records a host node instead of the token and the hand-over: each
-replay's host node reposts the captured step to the engine (it runs once the staged data is in place),
-which writes the step's own done word; replays use a tag space of their own (hpccl/_netengine.c), so
-captured and eager steps never match each other's messages. Captured steps get staging memory of their
-own, kept until the communicator is destroyed.
+Under CUDA graph capture the step becomes a template the engine holds, with words of its own: each replay
+clears the step's done word and sets its arm word (stream memory operations, after the staged data is in
+place), the engine, which polls the arm words of its templates, posts the step again, and the stream waits
+for the done word; no host function runs in the graph. Replays use a tag space of their own
+(hpccl/_netengine.c), so captured and eager steps never match each other's messages. Captured steps get
+staging memory and words of their own, kept until the communicator is destroyed.
 
 A failed step (a peer gone, HPCCL_TIMEOUT, an abort) still writes its done word, so no stream stays
 blocked; the communicator's next call or synchronize() raises the error, as ncclCommGetAsyncError does.
@@ -201,11 +202,14 @@ class StagedNet:
             off += _align(r[1])
         if capturing:
             done_h, done_d = self._graph_word()
-            t = self.eng.template([op for _lane, op in ops], done_h, self.timeout, label)
+            arm_h, arm_d = self._graph_word()
+            t = self.eng.template([op for _lane, op in ops], done_h, arm_h, self.timeout, label)
             self._graph.append(t)
-            rc = d.launch_host_func(s, ctypes.c_void_p(t.hostfn), ctypes.c_void_p(t.userdata))
+            # each replay: done := 0, then arm := 1 (the engine, polling it, clears it and posts the step),
+            # then wait for the engine's done := 1; the writes reach the host in stream order
+            rc = d.write_value32(s, done_d, 0, 0) or d.write_value32(s, arm_d, 1, 0)
             if rc:
-                raise self._cuda("cuLaunchHostFunc", rc)
+                raise self._cuda("cuStreamWriteValue32", rc)
             rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
             self.captured += 1
         else:
@@ -337,6 +341,9 @@ class StagedNet:
 
     def close(self) -> None:
         """After the engine's last step ended (the caller synchronized the device or the engine closed)."""
+        for t in self._graph:
+            if not isinstance(t, _Pinned):
+                t.retire()  # the engine stops reading its arm word before the word's memory is freed
         for p in [self._words, self._stage, *self._old, *[g for g in self._graph if isinstance(g, _Pinned)]]:
             if p is not None:
                 p.free()

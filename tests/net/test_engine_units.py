@@ -24,7 +24,6 @@ try:
 except ImportError as exc:  # pragma: no cover - the engine is built by the normal install
     pytest.skip(f"the network engine is not built here: {exc}", allow_module_level=True)
 
-HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
 @pytest.fixture()
@@ -89,31 +88,50 @@ def test_gated_step_posts_nothing_before_its_token_and_writes_done_in_order(pair
     assert a.error() is None and b.error() is None
 
 
+def _replay(words, done, arm):
+    """What a graph replay's stream does before its wait: clear the done word, then set the arm word."""
+    words[done] = 0
+    words[arm] = 1
+
+
 def test_templates_repost_per_replay_in_their_own_tag_space(pair):
     a, b = pair
-    words, addr = _words(2)
+    words, addr = _words(4)  # done a, done b, arm a, arm b
     src = np.zeros(2048, dtype=np.float64)
     dst = np.zeros_like(src)
-    ta = a.template([(ne.SEND, 1, src.ctypes.data, src.nbytes)], addr[0], 10.0, "captured send")
-    tb = b.template([(ne.RECV, 0, dst.ctypes.data, dst.nbytes)], addr[1], 10.0, "captured recv")
-    fa, fb = HOSTFN(ta.hostfn), HOSTFN(tb.hostfn)
+    ta = a.template([(ne.SEND, 1, src.ctypes.data, src.nbytes)], addr[0], addr[2], 10.0, "captured send")
+    tb = b.template([(ne.RECV, 0, dst.ctypes.data, dst.nbytes)], addr[1], addr[3], 10.0, "captured recv")
     # an eager message in flight between the replays must not be matched by them (nor match them)
     eager_src, eager_dst = np.full(2048, -1.0), np.zeros(2048)
     er = b.recv(0, eager_dst)
     for replay in range(100):
         src[:] = replay
-        # the host functions run on another thread, as CUDA's callback thread would run them
-        t = threading.Thread(target=lambda: (fb(tb.userdata), fa(ta.userdata)))
+        # the words are written from another thread, as the GPU would write them
+        t = threading.Thread(target=lambda: (_replay(words, 1, 3), _replay(words, 0, 2)))
         t.start()
         t.join()
         assert _until(lambda: words[0] == 1 and words[1] == 1), f"replay {replay} did not complete"
+        assert words[2] == 0 and words[3] == 0, "the engine clears the arm word it acts on"
         assert dst[0] == replay and dst[-1] == replay, replay
         if replay == 50:
             es = a.send(1, eager_src)
             assert er.wait(10.0) and es.wait(10.0)
             assert np.all(eager_dst == -1.0)
     assert ta.state()[1] == 100 and tb.state()[1] == 100
+    time.sleep(0.05)
+    assert ta.state()[1] == 100, "a template is posted only when its arm word is set"
+    ta.retire()
+    words[0], words[2] = 0, 1  # a retired template's arm word is no longer read
+    time.sleep(0.1)
+    assert words[0] == 0 and words[2] == 1 and ta.state()[1] == 100
     assert a.error() is None and b.error() is None
+
+
+def test_a_template_needs_an_arm_word(pair):
+    a, _b = pair
+    words, addr = _words(1)
+    with pytest.raises(ValueError, match="arm word"):
+        a.template([(ne.SEND, 1, addr[0], 4)], addr[0], 0, 10.0, "captured")
 
 
 def test_size_mismatch_is_an_error_naming_the_sender(pair):

@@ -1,6 +1,6 @@
 """Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
 (tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
-reposted from another thread (as CUDA's host-function thread does), recorded calls replayed from C on two
+armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
 threads (NetProgram), abort, control messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
@@ -99,17 +99,24 @@ for k in range(1, 51):
     t.join()
     assert until(lambda: words[1] == k and words[3] == k), k
 
-hostfn = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-done = (ctypes.c_uint32 * 2)()
-ta = a.template([(ne.SEND, 1, x.ctypes.data, x.nbytes)], ctypes.addressof(done), 10.0, "captured")
-tb = b.template([(ne.RECV, 0, y.ctypes.data, y.nbytes)], ctypes.addressof(done) + 4, 10.0, "captured")
-fa, fb = hostfn(ta.hostfn), hostfn(tb.hostfn)
+done = (ctypes.c_uint32 * 4)()  # done a, done b, arm a, arm b: a graph replay clears done, then sets arm
+ta = a.template([(ne.SEND, 1, x.ctypes.data, x.nbytes)], ctypes.addressof(done), ctypes.addressof(done) + 8,
+                10.0, "captured")
+tb = b.template([(ne.RECV, 0, y.ctypes.data, y.nbytes)], ctypes.addressof(done) + 4, ctypes.addressof(done) + 12,
+                10.0, "captured")
+
+
+def arm():
+    done[1], done[3], done[0], done[2] = 0, 1, 0, 1
+
+
 for i in range(50):
-    t = threading.Thread(target=lambda: (fb(tb.userdata), fa(ta.userdata)))
+    t = threading.Thread(target=arm)
     t.start()
     t.join()
     assert until(lambda: done[0] == 1 and done[1] == 1), i
     ta.state(), a.counters(), b.dead()
+ta.retire()
 assert a.error() is None and b.error() is None
 
 # recorded GPU calls replayed from C (NetProgram, hpccl/_netreplay.c), each rank's on a thread of its own as
