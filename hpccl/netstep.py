@@ -50,6 +50,7 @@ NO_STREAM = (1 << 64) - 1
 
 
 MAX_LANES = 8
+MIN_PIECE = 64 << 10  # smallest piece a message is cut into to fill its lanes (each piece is a UCX message)
 
 
 class NetState(ctypes.Structure):
@@ -258,11 +259,18 @@ class StagedNet:
         return 0
 
     def _pieces(self, n: int) -> List[tuple]:
-        """(offset, length) of each slice of an n-byte message: a function of n alone, so sender and
-        receiver cut it alike and the engine's per-peer tags match; a message of 0 bytes is one piece."""
-        if n <= self.slice:
+        """(offset, length) of each piece of an n-byte message: ceil(n / slice) equal pieces, and with L lanes
+        at least min(L, n / MIN_PIECE), so a message of a few slices still keeps every lane busy; whole
+        256-byte units but the last. A function of n and the lane count alone (every rank has the same), so
+        sender and receiver cut alike and the engine's per-peer tags match; 0 bytes is one piece."""
+        k = -(-n // self.slice) if n > self.slice else 1
+        lanes = len(self.engs)
+        if lanes > 1:
+            k = max(k, min(lanes, n // MIN_PIECE))
+        if k <= 1:
             return [(0, n)]
-        return [(o, min(self.slice, n - o)) for o in range(0, n, self.slice)]
+        size = _align(-(-n // k))
+        return [(o, min(size, n - o)) for o in range(0, n, size)]
 
     def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
                      consume: Callable[[int, tuple], None], total: int) -> None:

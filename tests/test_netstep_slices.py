@@ -80,11 +80,11 @@ def test_a_message_is_cut_by_its_length_alike_on_both_paths():
     whole_path.step(0, [(1, 0x1000, n)], [(1, n, nc, None, None)], "x", lambda a, r: None)
     assert len(sliced.eng.batches) == 3 and len(whole_path.eng.batches) == 1
     assert sorted(_per_peer(sliced)) == sorted(_per_peer(whole_path))
-    assert [ln for k, _p, ln in _per_peer(sliced) if k == 0] == [4096, 4096, 2560]
+    assert [ln for k, _p, ln in _per_peer(sliced) if k == 0] == [3584, 3584, 3584]  # equal, 256-byte units
 
 
 def test_the_next_slice_is_copied_out_before_the_wait_for_the_previous():
-    net, got, buf = _run(4096, 3 * 4096)
+    net, got, buf = _run(4096, 3 * 4096)  # 3 slices of exactly 4096
     log = net.driver.log
     for i in range(2):  # dtoh of slice i+1 precedes the stream's wait for slice i's done value
         assert log.index(("dtoh", 0x1000 + 4096 * (i + 1), 4096)) < log.index(("wait", i + 1))
@@ -117,3 +117,21 @@ def test_lanes_deepen_the_pipeline():
     nc = np.zeros(12 * 1024, np.float32)[::2]
     whole.step(0, [(1, 0x1000, 6 * 4096)], [(1, 6 * 4096, nc, None, None)], "x", lambda a, r: None)
     assert sorted(_per_peer(whole)) == sorted(_per_peer(net))
+
+
+def test_lanes_cut_a_message_of_few_slices_into_a_piece_per_lane():
+    """A message within one slice but of several MIN_PIECEs goes out in one post, a piece on each lane (the
+    wire of every lane busy); smaller ones stay whole; more pieces than lanes when the slices say so."""
+    mp = netstep.MIN_PIECE
+    net = _net(1 << 20, lanes=4)
+    assert net._pieces(512 << 10) == [(i * (128 << 10), 128 << 10) for i in range(4)]
+    assert net._pieces(2 * mp) == [(0, mp), (mp, mp)]
+    assert net._pieces(2 * mp - 256) == [(0, 2 * mp - 256)]
+    assert [ln for _o, ln in net._pieces(5 << 20)] == [1 << 20] * 5
+    assert net._pieces(0) == [(0, 0)]
+    one = _net(1 << 20, lanes=1)
+    assert one._pieces(512 << 10) == [(0, 512 << 10)]
+    buf = np.zeros((512 << 10) // 4, np.float32)
+    net.step(0, [(1, 0x1000, 512 << 10)], [(1, 512 << 10, buf, None, None)], "x", lambda a, r: None)
+    assert len(net.eng.batches) == 4  # one batch per lane, posted together
+    assert sorted(ln for _k, _p, ln in _per_peer(net)) == [128 << 10] * 8
