@@ -11,6 +11,7 @@
 #   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
 #   graph  graph capture: the capture test at split:2 x 4 and split:4 x 8 (hier), and bench/net_graph.py
 #          (all_reduce eager and replayed from a graph, vs NCCL sockets) at split:1 x 2 and split:2 x 4
+#          (CAPTURE_AT, GRAPH_AT: the layouts, "split:2,4 split:4,8" and "split:1,2 split:2,4"; empty: none)
 SPLIT_LOG=net_replay_ab.log source "$(dirname "$0")/split_env.sh"
 PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf"
 QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
@@ -58,13 +59,13 @@ for stage in ${STAGES:-check cost perf}; do
       timeout 150 $M -n 2 $PERF $c --mem cuda -b 8 -e 64M -f 8 --check --compare nccl 2>&1 | grep -a -v "$QUIET" || rc=1
     done ;;
   graph)
-    for l in "split:2 4" "split:4 8"; do set -- $l
+    for l in ${CAPTURE_AT-split:2,4 split:4,8}; do set -- ${l/,/ }
       echo "=== graph capture at $1, $2 ranks (hier) ($(date -u +%T))"
       timeout ${T_SUB:-150} ${M/split:1/$1} -x HPCCL_TIMEOUT=60 -n $2 python3 -m pytest tests/gpu/test_cuda.py -q \
         -p no:cacheprovider --color=no -rs -k "graph_capture" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" \
         | sort | uniq -c || rc=1
     done
-    for l in "split:1 2" "split:2 4"; do set -- $l
+    for l in ${GRAPH_AT-split:1,2 split:2,4}; do set -- ${l/,/ }
       echo "=== all_reduce eager and from a graph, $1 x $2 ranks, vs NCCL sockets ($(date -u +%T))"
       timeout 150 ${M/split:1/$1} -n $2 tests/scripts/nccl_hostid.sh python3 bench/net_graph.py \
         --json "$OUT/graph_${1/:/}_$2.json" 2>&1 | grep -a -v "NCCL INFO\|share this node" || rc=1
