@@ -22,7 +22,9 @@
 
    tag = sender rank << 40 | 40 bits: eager (bit 39 clear) bit 38 set for the user's point-to-point messages
    (what probe() and a receive from any source match) | a per-pair sequence number (38 bits); graph (bit 39
-   set) template id (16 bits) | replay (16 bits) | index among this batch's messages to that peer (7 bits);
+   set) template number of the pair (16 bits: the templates with a message from sender to receiver, counted
+   alike at both ends in capture order) | replay (16 bits) | index among the template's messages to that
+   peer (7 bits);
    all 40 bits set is the control tag (abort, survey). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -94,7 +96,6 @@ struct batch {
   int64_t ctrl[CTRL_WORDS];  /* a control message's payload (the batch owns it) */
   /* templates */
   struct engine *eng;
-  uint32_t gid;
   _Atomic uint32_t replays;
   volatile uint32_t *arm;    /* set to 1 by the graph at each replay; the engine clears it and reposts */
   batch_t *anext;            /* the queue of templates to hold (qlock) */
@@ -128,7 +129,7 @@ typedef struct engine {
   double next_check;
   /* caller thread only */
   uint64_t *send_seq, *recv_seq;
-  uint32_t next_gid;
+  uint32_t *tpl_send, *tpl_recv;  /* per peer: templates with a message to / from it so far */
   /* completion signalling */
   pthread_mutex_t dlock;
   pthread_cond_t dcond;
@@ -582,9 +583,8 @@ static void replay(Engine *e, batch_t *b) {
   uint32_t r = atomic_fetch_add(&b->replays, 1);
   for (int i = 0; i < b->nops; i++) {
     op_t *o = &b->ops[i];
-    uint64_t idx = o->tag & 0x7F;  /* the index was fixed at capture */
-    uint64_t who = o->kind == K_SEND ? (uint64_t)e->rank : (uint64_t)o->peer;
-    o->tag = (who << RANK_SHIFT) | GRAPH_BIT | ((uint64_t)b->gid << 23) | ((uint64_t)(r & 0xFFFF) << 7) | idx;
+    /* sender, template number and index were fixed at capture; the replay count goes in its 16 bits */
+    o->tag = (o->tag & ~(0xFFFFULL << 7)) | ((uint64_t)(r & 0xFFFF) << 7);
     o->req = NULL; o->posted = 0; o->done = 0; o->got = 0; o->st = UCS_OK;
   }
   b->ecode = 0; b->epeer = -1; b->err[0] = 0; b->finished = 0; b->t0 = now_s();
@@ -926,7 +926,10 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kw) {
   self->dead = calloc((size_t)size, sizeof(atomic_int));
   self->send_seq = calloc((size_t)size, sizeof(uint64_t));
   self->recv_seq = calloc((size_t)size, sizeof(uint64_t));
-  if (!self->eps || !self->remote || !self->dead || !self->send_seq || !self->recv_seq) { PyErr_NoMemory(); return -1; }
+  self->tpl_send = calloc((size_t)size, sizeof(uint32_t));
+  self->tpl_recv = calloc((size_t)size, sizeof(uint32_t));
+  if (!self->eps || !self->remote || !self->dead || !self->send_seq || !self->recv_seq || !self->tpl_send ||
+      !self->tpl_recv) { PyErr_NoMemory(); return -1; }
 
   ucp_config_t *config;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
@@ -1154,10 +1157,6 @@ static PyObject *Engine_template(Engine *self, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "a template needs an arm word (the graph sets it at each replay)");
     return NULL;
   }
-  if (self->next_gid >= MAX_TEMPLATES) {
-    PyErr_SetString(PyExc_RuntimeError, "this communicator has captured 65535 network steps, the most it can hold");
-    return NULL;
-  }
   batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_TEMPLATE);
   if (!b) return PyErr_NoMemory();
   if (parse_ops(self, ops, b) < 0) { batch_unref(b); return NULL; }
@@ -1165,16 +1164,23 @@ static PyObject *Engine_template(Engine *self, PyObject *args) {
   if (!cs) { batch_unref(b); return PyErr_NoMemory(); }
   for (int i = 0; i < b->nops; i++) {  /* the k-th message to/from a peer in this step: index k */
     op_t *o = &b->ops[i];
+    uint32_t *n = o->kind == K_SEND ? &self->tpl_send[o->peer] : &self->tpl_recv[o->peer];
     int k = cs[o->peer * 2 + o->kind]++;
-    if (k >= MAX_PER_PEER) {
+    if (k >= MAX_PER_PEER || *n >= MAX_TEMPLATES) {
       free(cs); batch_unref(b);
-      PyErr_SetString(PyExc_ValueError, "a captured network step has more than 128 messages to one peer");
+      PyErr_SetString(k >= MAX_PER_PEER ? PyExc_ValueError : PyExc_RuntimeError,
+                      k >= MAX_PER_PEER ? "a captured network step has more than 128 messages to one peer"
+                                        : "this communicator has captured 65535 network steps with one peer, the most it can hold");
       return NULL;
     }
-    o->tag = (uint64_t)k;
+    uint64_t who = o->kind == K_SEND ? (uint64_t)self->rank : (uint64_t)o->peer;
+    o->tag = (who << RANK_SHIFT) | GRAPH_BIT | ((uint64_t)*n << 23) | (uint64_t)k;
+  }
+  for (int p = 0; p < self->size; p++) {  /* the pairs this template has messages with count it */
+    if (cs[p * 2 + K_SEND]) self->tpl_send[p]++;
+    if (cs[p * 2 + K_RECV]) self->tpl_recv[p]++;
   }
   free(cs);
-  b->gid = self->next_gid++;
   b->eng = self;
   b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
   b->done_val = 1;  /* each replay sets the word to 0 before arming; the stream waits for >= 1 */
@@ -1362,7 +1368,7 @@ static PyObject *Engine_close(Engine *self, PyObject *noargs) {
 static void Engine_dealloc(Engine *self) {
   engine_close(self);
   free(self->eps); free(self->remote); free((void *)self->dead); free(self->send_seq); free(self->recv_seq);
-  free(self->active); free(self->fifo); free(self->armed);
+  free(self->active); free(self->fifo); free(self->armed); free(self->tpl_send); free(self->tpl_recv);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

@@ -183,9 +183,10 @@ class StagedNet:
         else:
             area = self.staging(total)
         # eager messages go out in the same slices, on the same lanes, as on the pipelined path (one batch
-        # here), so the peers' per-lane tag sequences agree whichever path each side took
-        cut = self._pieces if self.slice and not capturing else (lambda n: [(0, n)])
-        nl = len(self.engs) if not capturing else 1
+        # here), so the peers' per-lane tag sequences agree whichever path each side took; a captured step
+        # puts a piece on each lane (a template per lane)
+        cut = self._lane_pieces if capturing else self._pieces if self.slice else (lambda n: [(0, n)])
+        nl = len(self.engs)
         ops, off = [], 0
         for peer, ptr, n in sends:
             if n:
@@ -202,16 +203,7 @@ class StagedNet:
             places.append(area.dev + off)
             off += _align(r[1])
         if capturing:
-            done_h, done_d = self._graph_word()
-            arm_h, arm_d = self._graph_word()
-            t = self.eng.template([op for _lane, op in ops], done_h, arm_h, self.timeout, label)
-            self._graph.append(t)
-            # each replay: done := 0, then arm := 1 (the engine, polling it, clears it and posts the step),
-            # then wait for the engine's done := 1; the writes reach the host in stream order
-            rc = d.write_value32(s, done_d, 0, 0) or d.write_value32(s, arm_d, 1, 0)
-            if rc:
-                raise self._cuda("cuStreamWriteValue32", rc)
-            rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
+            rc = self._capture(s, ops, label)
             self.captured += 1
         else:
             rc = self._wait(s, self._post(s, ops, label))
@@ -221,6 +213,28 @@ class StagedNet:
         for addr, r in zip(places, recvs):
             if r[1]:
                 consume(addr, r)
+
+    def _capture(self, s: Any, ops: list, label: str) -> int:
+        """A captured step: a template per lane that has messages, each with a done and an arm word of its
+        own. Each replay clears every done word, then sets every arm word (the lanes' engines, polling them,
+        clear them and post their messages), then waits for every done word; the writes reach the host in
+        stream order, after the staged data. The first failing driver call's code, else 0."""
+        d = self.driver
+        words = []
+        for j in sorted({lane for lane, _op in ops}) or [0]:
+            (done_h, done_d), (arm_h, arm_d) = self._graph_word(), self._graph_word()
+            t = self.engs[j].template([op for lane, op in ops if lane == j], done_h, arm_h, self.timeout, label)
+            self._graph.append(t)
+            words.append((done_d, arm_d))
+        for done_d, arm_d in words:
+            rc = d.write_value32(s, done_d, 0, 0) or d.write_value32(s, arm_d, 1, 0)
+            if rc:
+                raise self._cuda("cuStreamWriteValue32", rc)
+        for done_d, _arm_d in words:
+            rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
+            if rc:
+                return rc
+        return 0
 
     def _post(self, s: Any, ops: list, label: str) -> List[tuple]:
         """Write the next ready token on the stream and hand ``ops`` ((lane, op) pairs) to the engines, an
@@ -271,6 +285,13 @@ class StagedNet:
             return [(0, n)]
         size = _align(-(-n // k))
         return [(o, min(size, n - o)) for o in range(0, n, size)]
+
+    def _lane_pieces(self, n: int) -> List[tuple]:
+        """A captured message's pieces: one per lane, equal, each at least MIN_PIECE (a captured step is one
+        template per lane, so its messages are not sliced further)."""
+        k = min(len(self.engs), max(1, n // MIN_PIECE))
+        size = _align(-(-n // k)) if k > 1 else n
+        return [(o, min(size, n - o)) for o in range(0, n, size)] if k > 1 else [(0, n)]
 
     def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
                      consume: Callable[[int, tuple], None], total: int) -> None:

@@ -12,11 +12,21 @@ from hpccl import netstep
 class _Rec:
     """Records the stream's operations in order; every call succeeds."""
 
-    def __init__(self) -> None:
+    def __init__(self, capturing: bool = False) -> None:
         self.log: list = []
+        self._capturing = capturing
 
     def capturing(self, stream):
-        return False
+        return self._capturing
+
+    def host_alloc(self, n):
+        import ctypes
+        b = ctypes.create_string_buffer(n)
+        self.__dict__.setdefault("_held", []).append(b)
+        return ctypes.addressof(b)
+
+    def host_device_pointer(self, h):
+        return h
 
     def memcpy_dtoh(self, host, dev, n, s):
         self.log.append(("dtoh", dev, n))
@@ -38,6 +48,11 @@ class _Eng:
     def staged(self, ops, ready_h, tok, done_h, val, timeout, label, gate):
         self.batches.append(list(ops))
         self.log.append(("batch", val))
+
+    def template(self, ops, done_h, arm_h, timeout, label):
+        self.batches.append(list(ops))
+        self.log.append(("template", done_h, arm_h))
+        return object()
 
 
 class _Area:
@@ -135,3 +150,28 @@ def test_lanes_cut_a_message_of_few_slices_into_a_piece_per_lane():
     net.step(0, [(1, 0x1000, 512 << 10)], [(1, 512 << 10, buf, None, None)], "x", lambda a, r: None)
     assert len(net.eng.batches) == 4  # one batch per lane, posted together
     assert sorted(ln for _k, _p, ln in _per_peer(net)) == [128 << 10] * 8
+
+
+def test_a_captured_step_is_a_template_per_lane_armed_then_waited():
+    """Under capture: a template per lane that has pieces (one piece per lane, equal), each with words of its
+    own; the graph clears every done word and sets every arm word before it waits for any done word."""
+    net = _net(1 << 20, lanes=4)
+    net.driver = _Rec(capturing=True)
+    net.eng = _Eng(net.driver.log)
+    net.engs = [net.eng] * 4
+    net._graph, net._gwords, net._gword_next, net.captured = [], None, netstep._WORDS, 0
+    n = 1 << 20
+    buf = np.zeros(n // 4, np.float32)
+    net.step(0, [(1, 0x1000, n)], [(1, n, buf, None, None)], "x", lambda a, r: None)
+    log = net.driver.log
+    tpls = [e for e in log if e[0] == "template"]
+    assert len(tpls) == 4 and len(net.eng.batches) == 4
+    assert all(sorted(ln for _k, _p, _a, ln in b) == [n // 4, n // 4] for b in net.eng.batches)
+    words = [w for _t, d, a in tpls for w in (d, a)]
+    assert len(set(words)) == 8, "every lane's template has a done and an arm word of its own"
+    writes = [i for i, e in enumerate(log) if e[0] == "ready"]
+    waits = [i for i, e in enumerate(log) if e[0] == "wait"]
+    assert [log[i][1] for i in writes] == [0, 1] * 4 and [log[i][1] for i in waits] == [1] * 4
+    assert max(writes) < min(waits)
+    small = _net(1 << 20, lanes=4)
+    assert small._lane_pieces(netstep.MIN_PIECE + 256) == [(0, netstep.MIN_PIECE + 256)]

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_pair import engine_pair  # noqa: E402
+from engine_pair import engine_pair, engine_world  # noqa: E402
 
 try:
     from hpccl.transport.engine import load
@@ -125,6 +125,33 @@ def test_templates_repost_per_replay_in_their_own_tag_space(pair):
     time.sleep(0.1)
     assert words[0] == 0 and words[2] == 1 and ta.state()[1] == 100
     assert a.error() is None and b.error() is None
+
+
+def test_templates_match_by_pair_when_ranks_capture_different_steps():
+    """Rank 0 captures a step with rank 1, then one with rank 2; ranks 1 and 2 capture one step each (as a
+    tree or linear schedule leaves ranks out of steps): each pair numbers the templates it shares alike, so
+    the replays meet."""
+    a, b, c = engine_world(ne, 3)
+    try:
+        words, addr = _words(8)  # done 0..3, arm 0..3 (rank 0's two templates, rank 1's, rank 2's)
+        x, y = np.arange(64, dtype=np.float64), np.arange(64, dtype=np.float64) * 2
+        gb, gc = np.zeros_like(x), np.zeros_like(y)
+        t = [a.template([(ne.SEND, 1, x.ctypes.data, x.nbytes)], addr[0], addr[4], 5.0, "step 1"),
+             a.template([(ne.SEND, 2, y.ctypes.data, y.nbytes)], addr[1], addr[5], 5.0, "step 2"),
+             b.template([(ne.RECV, 0, gb.ctypes.data, gb.nbytes)], addr[2], addr[6], 5.0, "step 1"),
+             c.template([(ne.RECV, 0, gc.ctypes.data, gc.nbytes)], addr[3], addr[7], 5.0, "step 2")]
+        for replay in range(3):
+            gb[:], gc[:] = 0, 0
+            for i in (2, 3, 0, 1):
+                _replay(words, i, 4 + i)
+            assert _until(lambda: all(words[i] == 1 for i in range(4)), 10.0), (replay, list(words))
+            assert np.array_equal(gb, x) and np.array_equal(gc, y), replay
+        assert all(e.error() is None for e in (a, b, c))
+        for tt in t:
+            tt.retire()
+    finally:
+        for e in (a, b, c):
+            e.close()
 
 
 def test_a_template_needs_an_arm_word(pair):
