@@ -60,7 +60,7 @@ for stage in ${STAGES:-check cost perf}; do
     done ;;
   graph)
     for l in ${CAPTURE_AT-split:2,4 split:4,8}; do set -- ${l/,/ }
-      echo "=== graph capture at $1, $2 ranks (hier) ($(date -u +%T))"
+      echo "=== graph capture at $1, $2 ranks ($(date -u +%T))"
       timeout ${T_SUB:-150} ${M/split:1/$1} -x HPCCL_TIMEOUT=60 -n $2 python3 -m pytest tests/gpu/test_cuda.py -q \
         -p no:cacheprovider --color=no -rs -k "graph_capture" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" \
         | sort | uniq -c || rc=1
