@@ -872,7 +872,7 @@ static PyTypeObject TemplateType = {
   .tp_name = "hpccl._netengine.Template",
   .tp_basicsize = sizeof(Template),
   .tp_flags = Py_TPFLAGS_DEFAULT,
-  .tp_doc = "A network step captured in a CUDA graph: each replay reposts it from a host node.",
+  .tp_doc = "A network step captured in a CUDA graph: the engine posts it whenever a replay sets its arm word.",
   .tp_methods = Template_methods,
   .tp_dealloc = (destructor)Template_dealloc,
 };

@@ -484,8 +484,9 @@ class StagedRunner:
     steps already handed to the engine are raised by the next call."""
 
     def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
-        #: captured network steps (a template per step, reposted by a host node at each replay), on every
-        #: layout: hier's captured calls hold node kernels and these steps in one stream order
+        #: captured network steps (a template per lane and step, posted by the engine at each replay when the
+        #: graph sets its arm word), on every layout: hier's captured calls hold node kernels and these steps
+        #: in one stream order
         self.capturable = True
         self.net, self.prim, self.device = net, prim, device
         self._on_fail = on_fail
