@@ -49,7 +49,8 @@ exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], depends=["hpccl/_reduc
 ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx
-    exts.append(Extension("hpccl._netengine", NET_SOURCES, depends=["hpccl/_netcore.h", "hpccl/_netpy.h", "hpccl/_reduce.h"],
+    exts.append(Extension("hpccl._netengine", NET_SOURCES,
+                          depends=["hpccl/_netcore.h", "hpccl/_netpy.h", "hpccl/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
                           library_dirs=[lib], libraries=["ucp", "ucs"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))

@@ -1,8 +1,8 @@
 /* hpccl's network engine core, in plain C (no Python): one UCP worker per communicator, driven by a
    progress thread that never takes the GIL and never calls CUDA. _netcore.c is the engine thread's side
    (batches posted and ended, failures, timeouts, abort, control messages, templates' arm words),
-   _netcalls.c the callers' side (set-up, connect, waiting, templates, queries, close); the Python types
-   (_netengine.c, _netreplay.c, _nethot.c) only parse arguments, hold objects and raise exceptions.
+   _netcalls.c the callers' side (set-up, connect, waiting, templates, queries, close). The Python types
+   over it: _netengine.c (Engine, Op, Template), _netreplay.c (NetProgram), _nethot.c (NetHot).
 
    Work arrives as batches of tagged sends and receives of host memory:
      * from the caller's thread (host collectives, and GPU network steps staged through pinned host

@@ -198,7 +198,8 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kw) {
   if (engine_version_check(&err) < 0 || engine_alloc(&self->core, rank, size, &err) < 0) { raise_ne(&err); return -1; }
   /* the UCX settings as C strings (owned by cfg's str objects while engine_start_ucx runs) */
   Py_ssize_t n = cfg ? PyDict_Size(cfg) : 0;
-  const char **keys = calloc(n > 0 ? (size_t)n : 1, sizeof(char *)), **vals = calloc(n > 0 ? (size_t)n : 1, sizeof(char *));
+  size_t slots = n > 0 ? (size_t)n : 1;
+  const char **keys = calloc(slots, sizeof(char *)), **vals = calloc(slots, sizeof(char *));
   if (!keys || !vals) { free(keys); free(vals); PyErr_NoMemory(); return -1; }
   PyObject *k, *v;
   Py_ssize_t pos = 0;

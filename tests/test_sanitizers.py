@@ -1,7 +1,8 @@
 """hpccl's native network engine (the hpccl._netengine extension, from setup.py's NET_SOURCES) built with
 ThreadSanitizer and AddressSanitizer and driven from several threads (tests/scripts/engine_drive.py): no
 race, no memory error. UCX's own malloc and mmap hooks are turned off (UCX_MEM_EVENTS=no): they fight the
-sanitizers' interceptors. The node's hot path (hpccl/_hotpath.c: no threads of its own) under AddressSanitizer across 2 ranks."""
+sanitizers' interceptors. The node's hot path (hpccl/_hotpath.c: no threads of its own) under
+AddressSanitizer across 2 ranks."""
 from __future__ import annotations
 
 import ast
