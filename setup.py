@@ -2,8 +2,9 @@
 UCX headers, the install still succeeds and hpccl-info says which slower path is in use):
 
 * hpccl/_hotpath.c: small host collectives within a node;
-* hpccl/_netengine.c: the network engine (UCX's UCP driven by a thread that never takes the GIL) and, in
-  the same unit, hpccl/_nethot.c (small host collectives across nodes in C); built
+* hpccl._netengine: the network engine (UCX's UCP driven by a thread that never takes the GIL; its core in
+  plain C, hpccl/_netcore.c and hpccl/_netcalls.c), its Python types (hpccl/_netengine.c), the C replay of
+  recorded GPU calls (hpccl/_netreplay.c) and small host collectives across nodes in C (hpccl/_nethot.c); built
   against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's ucx, the libucx wheel
   (a build requirement on Linux, so a plain ``pip install`` has it)."""
 import os
@@ -41,11 +42,15 @@ def _ucx():
     return None
 
 
+# the network engine's extension: its Python types, then the engine core in plain C (tests/test_sanitizers.py
+# builds the same list)
+NET_SOURCES = ["hpccl/_netengine.c", "hpccl/_netreplay.c", "hpccl/_nethot.c", "hpccl/_netcore.c", "hpccl/_netcalls.c"]
 exts = [Extension("hpccl._hotpath", ["hpccl/_hotpath.c"], depends=["hpccl/_reduce.h", "hpccl/_copy.h"], extra_compile_args=["-O3", "-std=c11"], optional=True)]
 ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx
-    exts.append(Extension("hpccl._netengine", ["hpccl/_netengine.c"], depends=["hpccl/_nethot.c", "hpccl/_netreplay.c", "hpccl/_reduce.h"],
+    exts.append(Extension("hpccl._netengine", NET_SOURCES,
+                          depends=["hpccl/_netcore.h", "hpccl/_netpy.h", "hpccl/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
                           library_dirs=[lib], libraries=["ucp", "ucs"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))

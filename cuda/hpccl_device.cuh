@@ -31,7 +31,7 @@ typedef unsigned int u32;
 #define HPCCL_ERR_ABORT 2u    // a rank of the node aborted (set by its host, hpccl/transport/shm.py)
 #define HPCCL_ERR_MISMATCH 3u // ranks passed registered buffers at different registrations/offsets
 #define HPCCL_ERR_DEAD 4u     // a local peer's process is gone (set by the host's watchdog, hpccl/gpu_sync.py)
-#define HPCCL_ERR_NET 5u      // this rank's network step before this kernel failed (set by hpccl/_netengine.c)
+#define HPCCL_ERR_NET 5u      // this rank's network step before this kernel failed (set by hpccl/_netcore.c)
 // 16 + k: local rank k's error word was set when this rank's stream-synchronised kernel began, so what k
 // signalled as ready is not data (k's kernels write nothing once its word is set; its stream still signals)
 #define HPCCL_ERR_PEER 16u

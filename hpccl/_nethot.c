@@ -14,8 +14,12 @@
    on_error(code, peer, message) builds. Anything this path does not take returns -1 before any state
    changes, decided from the collective, dtype, count, op and root alone, which agree across ranks.
 
-   Included by _netengine.c (one translation unit: it drives the engine's batches directly). */
+   The Python type NetHot; it hands its rounds to the engine (_netcore.h) as batches of its own. */
+#include "_netpy.h"
 #include "_reduce.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 enum { NK_AR, NK_AG, NK_BC, NK_RS, NK_BAR, NK_RED, NK_A2A, NK_KINDS };  /* hotpath.KINDS order */
 enum { P_NONE = 0, P_REDUCE = 1 };  /* what a round does once its messages are done */
@@ -167,7 +171,7 @@ static int nh_post(NetHot *h) {
   nh_round *rd = &h->rounds[h->cur];
   batch_t *b = batch_new(rd->nmsgs, BK_OP);
   if (!b) { PyErr_NoMemory(); return -1; }
-  Engine *e = h->eng;
+  engine_t *e = &h->eng->core;
   for (int i = 0; i < rd->nmsgs; i++) {
     nh_msg *m = &h->msgs[rd->first + i];
     op_t *o = &b->ops[i];
@@ -200,16 +204,10 @@ static int nh_fail(NetHot *h, int ecode, int epeer, const char *err) {
 /* A round that has failed while some of its messages are still in flight (a send to a peer that stopped
    receiving cannot be cancelled): raise now, keep the round and the buffers until cancel(). */
 static int nh_failed_early(NetHot *h, batch_t *b) {
-  Engine *e = h->eng;
-  int ecode = 0, epeer = -1;
+  int ecode, epeer = -1;
   char err[256];
-  if (pthread_mutex_trylock(&e->wlock) != 0) return 0;  /* being progressed: look at the next resume */
-  if (b->ecode) {
-    ecode = b->ecode, epeer = b->epeer;
-    memcpy(err, b->err, sizeof err);
-  }
-  pthread_mutex_unlock(&e->wlock);
-  if (!ecode) return 0;
+  /* 0 too while the batch is being progressed: look at the next resume */
+  if (!engine_batch_error(&h->eng->core, b, &ecode, &epeer, err)) return 0;
   h->failed = 1;
   return nh_fail(h, ecode, epeer, err);
 }
@@ -258,7 +256,7 @@ static int nh_start(NetHot *h, int kind, PyObject *send, PyObject *recv, int op,
     PyErr_SetString(PyExc_RuntimeError, "hpccl network hot path: a call is still in progress");
     return -2;
   }
-  if (atomic_load(&h->eng->closed) || !h->eng->started) return -1;
+  if (atomic_load(&h->eng->core.closed) || !h->eng->core.started) return -1;
   h->eng->seq = seq;  /* answers to "which call are you in?" carry it */
   h->kind = kind, h->op = op, h->root = root, h->dt = T_U8, h->esize = 1, h->nbytes = 0;
   h->nrounds = h->nmsgs = h->cur = 0;
@@ -387,15 +385,7 @@ static void nh_cancel(NetHot *h) {
   if (b) {
     Engine *e = h->eng;
     Py_BEGIN_ALLOW_THREADS
-    pthread_mutex_lock(&e->wlock);
-    if (e->started && !e->closed) {
-      drain(e);  /* a round still queued becomes active, so it can be cancelled */
-      if (atomic_load(&b->state) == B_ACTIVE) {
-        batch_fail(b, E_ABORT, -1, "the call was cancelled");
-        cancel_batch(e, b, -1);
-      }
-    }
-    pthread_mutex_unlock(&e->wlock);
+    engine_cancel(&e->core, b);  /* a round still queued is made active, so it can be cancelled */
     Py_END_ALLOW_THREADS
     if (!batch_wait(e, b, 0.02)) {
       h->leaked = 1;
@@ -444,13 +434,13 @@ static int NetHot_init(NetHot *h, PyObject *args, PyObject *kw) {
   Engine *e = (Engine *)eng;
   h->tmp = malloc((size_t)cap);
   h->accbuf = malloc((size_t)cap);
-  h->msgs = malloc(sizeof(nh_msg) * (size_t)(2 * e->size + 2 * NH_ROUNDS));
+  h->msgs = malloc(sizeof(nh_msg) * (size_t)(2 * e->core.size + 2 * NH_ROUNDS));
   if (!h->tmp || !h->accbuf || !h->msgs) { PyErr_NoMemory(); return -1; }
   memset(h->accbuf, 0, (size_t)cap);
   Py_INCREF(eng);
   Py_INCREF(on_error);
   h->eng = e, h->on_error = on_error;
-  h->rank = e->rank, h->n = e->size, h->cap = cap, h->reduce_cap = reduce_cap < cap ? reduce_cap : cap;
+  h->rank = e->core.rank, h->n = e->core.size, h->cap = cap, h->reduce_cap = reduce_cap < cap ? reduce_cap : cap;
   h->spin = spin;
   return 0;
 }
@@ -488,7 +478,7 @@ static PyMethodDef NetHot_methods[] = {
 static PyGetSetDef NetHot_getset[] = {{"calls", (getter)NetHot_calls, NULL, "calls made on this path", NULL},
                                       {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject NetHotType = {
+PyTypeObject NetHotType = {
   PyVarObject_HEAD_INIT(NULL, 0)
   .tp_name = "hpccl._netengine.NetHot",
   .tp_basicsize = sizeof(NetHot),

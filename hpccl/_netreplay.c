@@ -14,7 +14,10 @@
    it) or 2 (the engine is closed, aborting or a step failed: nothing enqueued, Python raises the error);
    a driver call that fails raises RuntimeError naming it.
 
-   Included by _netengine.c (one translation unit: it hands batches to the engine directly). */
+   The Python type NetProgram (made by Engine.program(), _netengine.c); the engines are _netcore.h's. */
+#include "_netpy.h"
+
+#include <stdlib.h>
 
 typedef int (*cu_dtoh_t)(void *, uint64_t, size_t, void *);
 typedef int (*cu_htod_t)(uint64_t, const void *, size_t, void *);
@@ -125,7 +128,7 @@ bad:
 
 /* program(acts, msgs, fns, (ready_h, ready_d), lanes, state_addr, join_event, timeout, gate, keep) -> NetProgram
    fns: the driver entry points in F_* order; lanes: ((engine, done_h, done_d), ...), lane 0 first */
-static PyObject *Engine_program(Engine *self, PyObject *args) {
+PyObject *Engine_program(Engine *self, PyObject *args) {
   PyObject *acts, *msgs, *fns, *lanes, *keep;
   unsigned long long rh, rd, state, join, gate;
   double timeout;
@@ -208,7 +211,7 @@ static int nr_post(NetProgram *p, nr_act *a, const char *label, uint32_t tok, ui
     op_t *o = &b->ops[i], *m = &p->msgs[a->first + i];
     o->kind = m->kind; o->peer = m->peer; o->buf = m->buf; o->len = m->len;
   }
-  submit_staged(p->eng[a->lane], b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label);
+  submit_staged(&p->eng[a->lane]->core, b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label);
   return 0;
 }
 
@@ -225,10 +228,7 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   int cap = 0;
   if (((cu_capturing_t)p->fn[F_CAPTURING])(s, &cap) != 0 || cap) return PyLong_FromLong(1);
   for (int j = 0; j < p->nlanes; j++) {
-    Engine *e = p->eng[j];
-    if (atomic_load(&e->closed) || !e->started || atomic_load(&e->aborting) ||
-        __atomic_load_n(&e->first_ecode, __ATOMIC_ACQUIRE))
-      return PyLong_FromLong(2);
+    if (!engine_usable(&p->eng[j]->core)) return PyLong_FromLong(2);
   }
   net_state *st = p->st;
   int rc;
@@ -298,7 +298,7 @@ static PyGetSetDef NetProgram_getset[] = {
   {"shape", (getter)NetProgram_shape, NULL, "(actions, lane batches, messages, lanes)", NULL},
   {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject NetProgramType = {
+PyTypeObject NetProgramType = {
   PyVarObject_HEAD_INIT(NULL, 0)
   .tp_name = "hpccl._netengine.NetProgram",
   .tp_basicsize = sizeof(NetProgram),

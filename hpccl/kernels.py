@@ -22,7 +22,7 @@ ERR_TIMEOUT = 1
 ERR_ABORT = 2  # set by a rank's abort in every local rank's error word (hpccl/transport/shm.py)
 ERR_MISMATCH = 3  # ranks passed registered buffers at different registrations or offsets
 ERR_DEAD = 4  # a local peer's process is gone (set by the watchdog of hpccl/gpu_sync.py)
-ERR_NET = 5  # this rank's network step before the kernel failed (set by the engine, hpccl/_netengine.c)
+ERR_NET = 5  # this rank's network step before the kernel failed (set by the engine, hpccl/_netcore.c)
 ERR_PEER = 16  # + k: local rank k's error word was set when a stream-synchronised kernel of this rank began
 # word offsets in a rank's flag area (cuda/hpccl_device.cuh)
 FL_COLL = 0

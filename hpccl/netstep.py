@@ -9,7 +9,7 @@ caller's stream S:
     wait until the "done" word reaches v                 (cuStreamWaitValue32)
     HtoD copies, or reduce kernels reading the staged data through its device mapping
 
-and the engine (hpccl/_netengine.c) is handed the step's messages at once: it posts them when it sees
+and the engine (hpccl/_netcore.c) is handed the step's messages at once: it posts them when it sees
 token t (the staged data is in place, and the GPU is done with the previous step's received data, which
 shares the staging memory), and writes v when every message has ended, ok or not. The engine never calls
 CUDA and never takes the GIL, so nothing the caller's thread does (allocating, loading kernels, holding
@@ -19,7 +19,7 @@ Under CUDA graph capture the step becomes a template the engine holds, with word
 clears the step's done word and sets its arm word (stream memory operations, after the staged data is in
 place), the engine, which polls the arm words of its templates, posts the step again, and the stream waits
 for the done word; no host function runs in the graph. Replays use a tag space of their own
-(hpccl/_netengine.c), so captured and eager steps never match each other's messages. Captured steps get
+(hpccl/_netcore.h), so captured and eager steps never match each other's messages. Captured steps get
 staging memory and words of their own, kept until the communicator is destroyed.
 
 A failed step (a peer gone, HPCCL_TIMEOUT, an abort) still writes its done word, so no stream stays

@@ -1,9 +1,11 @@
-"""hpccl's native network engine (hpccl/_netengine.c) built with ThreadSanitizer and AddressSanitizer and
-driven from several threads (tests/scripts/engine_drive.py): no race, no memory error. UCX's own malloc and
-mmap hooks are turned off (UCX_MEM_EVENTS=no): they fight the sanitizers' interceptors. The node's hot
-path (hpccl/_hotpath.c: no threads of its own) under AddressSanitizer across 2 ranks."""
+"""hpccl's native network engine (the hpccl._netengine extension, from setup.py's NET_SOURCES) built with
+ThreadSanitizer and AddressSanitizer and driven from several threads (tests/scripts/engine_drive.py): no
+race, no memory error. UCX's own malloc and mmap hooks are turned off (UCX_MEM_EVENTS=no): they fight the
+sanitizers' interceptors. The node's hot path (hpccl/_hotpath.c: no threads of its own) under
+AddressSanitizer across 2 ranks."""
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import subprocess
@@ -14,6 +16,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _net_sources() -> list[Path]:
+    """The engine extension's C sources, as setup.py lists them (NET_SOURCES)."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NET_SOURCES" for t in node.targets):
+            return [ROOT / s for s in ast.literal_eval(node.value)]
+    raise AssertionError("setup.py has no NET_SOURCES list")
+
+
 SAN = {"thread": ("libtsan.so", "ThreadSanitizer", {"TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0"}),
        "address": ("libasan.so", "AddressSanitizer", {"ASAN_OPTIONS": "detect_leaks=0"})}
 
@@ -43,7 +56,7 @@ def test_engine_under_sanitizer(kind, tmp_path):
     build = subprocess.run([cc, f"-fsanitize={kind}", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c11",
                             "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-isystem",
                             str(ucx / "include"), f"-I{sysconfig.get_paths()['include']}",
-                            str(ROOT / "hpccl" / "_netengine.c"), f"-L{ucx / 'lib'}", "-lucp", "-lucs",
+                            *map(str, _net_sources()), f"-L{ucx / 'lib'}", "-lucp", "-lucs",
                             "-o", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     env = dict(os.environ, LD_PRELOAD=runtime, UCX_MEM_EVENTS="no", UCX_WARN_UNUSED_ENV_VARS="n", **opts)

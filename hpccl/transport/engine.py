@@ -1,4 +1,4 @@
-"""The network between nodes through hpccl's native engine (hpccl/_netengine.c): one UCP worker per
+"""The network between nodes through hpccl's native engine (hpccl._netengine, hpccl/_netcore.c): one UCP worker per
 communicator driven by a C progress thread that never takes the GIL and never calls CUDA.
 
 Host collectives post their sends and receives here (the same ring serves every transport); GPU network

@@ -1,4 +1,4 @@
-"""UCX settings shared by hpccl's two UCX paths (the native engine, hpccl/_netengine.c, and the ucxx
+"""UCX settings shared by hpccl's two UCX paths (the native engine, hpccl/_netcore.c, and the ucxx
 transport): the transports to use, whether endpoints can detect a dead peer, the TCP settings for bulk
 steps, and what a wrong UCX_NET_DEVICES means on this host."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The native network engine (hpccl/_netengine.c) on its own: two engines in one process, connected over
+"""The native network engine (hpccl._netengine) on its own: two engines in one process, connected over
 UCX's TCP transport, driven through the same entry points the transports use. Covers what the GPU path
 relies on without a GPU: ready-word gating, done words in order, captured-step templates reposted by
 their host function (called here as CUDA's host-function thread would), size mismatches, abort, a peer

@@ -60,7 +60,7 @@ class PyHpccl(PythonPackage, CudaPackage):
             depends_on(f"py-ucxx+cuda cuda_arch={_arch}", when=f"cuda_arch={_arch}")
 
     def setup_build_environment(self, env):
-        # setup.py builds the native network engine (hpccl/_netengine.c) against Spack's UCX
+        # setup.py builds the native network engine (hpccl._netengine) against Spack's UCX
         if self.spec.satisfies("+ucx"):
             env.set("UCX_HOME", self.spec["ucx"].prefix)
 

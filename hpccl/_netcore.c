@@ -1,0 +1,541 @@
+/* The network engine's own thread (and a waiting caller that drives progress in its place): batches
+   queued, posted once their ready token comes, ended in order with their done words written; UCX's
+   callbacks, peer failures, timeouts, abort, control messages, and templates reposted when a graph
+   replay sets their arm word. Plain C: _netcore.h says what the engine is and how tags are made. */
+#include "_netcore.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ----- batches ---------------------------------------------------------------------------------------- */
+batch_t *batch_new(int nops, int bkind) {
+  batch_t *b = calloc(1, sizeof(batch_t));
+  if (!b) return NULL;
+  b->ops = calloc(nops > 0 ? (size_t)nops : 1, sizeof(op_t));
+  if (!b->ops) { free(b); return NULL; }
+  b->nops = nops;
+  b->bkind = bkind;
+  b->epeer = -1;
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->state, B_NEW);
+  for (int i = 0; i < nops; i++) b->ops[i].b = b;
+  return b;
+}
+
+void batch_unref(batch_t *b) {
+  if (atomic_fetch_sub(&b->refs, 1) == 1) {
+    free(b->ops);
+    free(b);
+  }
+}
+
+void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) {
+  if (b->ecode) return;
+  b->ecode = code;
+  b->epeer = peer;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(b->err, sizeof b->err, fmt, ap);
+  va_end(ap);
+}
+
+/* queue a batch for the engine; ``wake``: rouse a sleeping engine thread (not needed when the caller is
+   about to drive progress itself, as engine_wait does, which hands back to the thread before it sleeps) */
+void submit_to(engine_t *e, batch_t *b, int take_ref, int wake) {
+  if (take_ref) atomic_fetch_add(&b->refs, 1);
+  b->qnext = NULL;
+  pthread_mutex_lock(&e->qlock);
+  if (e->qtail) e->qtail->qnext = b; else e->qhead = b;
+  e->qtail = b;
+  pthread_mutex_unlock(&e->qlock);
+  if (wake && atomic_load(&e->sleeping)) wake_engine(e);
+}
+
+/* rouse the engine thread from its poll() (callers check ``sleeping`` first where it may be awake) */
+void wake_engine(engine_t *e) {
+  uint64_t one = 1;
+  ssize_t w = write(e->wake, &one, sizeof one);
+  (void)w;
+}
+
+void submit(engine_t *e, batch_t *b, int take_ref) { submit_to(e, b, take_ref, 1); }
+
+/* the tag of the next eager message of ``kind`` to or from ``peer``: per-pair sequence numbers taken in
+   submission order, so both ends of a pair number their messages alike (caller's thread only) */
+uint64_t eager_tag(engine_t *e, int kind, int peer) {
+  return kind == K_SEND ? ((uint64_t)e->rank << RANK_SHIFT) | (e->send_seq[peer]++ & EAGER_MASK)
+                        : ((uint64_t)peer << RANK_SHIFT) | (e->recv_seq[peer]++ & EAGER_MASK);
+}
+
+/* hand b (its ops filled in) to the engine as an eager GPU network step: tags now, in call order; posted
+   once *ready reaches tok (gate: nonzero then, nothing is sent); *done = val when it ends, in FIFO order */
+void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
+                   uint32_t val, double timeout, const char *label) {
+  for (int i = 0; i < b->nops; i++) b->ops[i].tag = eager_tag(e, b->ops[i].kind, b->ops[i].peer);
+  b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
+  b->ready_tok = tok;
+  b->gate = gate ? (volatile uint32_t *)(uintptr_t)gate : NULL;
+  b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
+  b->done_val = val;
+  b->ordered = b->done != NULL;
+  b->timeout = timeout;
+  snprintf(b->label, sizeof b->label, "%s", label);
+  submit(e, b, 1);
+  batch_unref(b);  /* the engine's reference is the only one */
+}
+
+/* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
+void op_end(op_t *o, ucs_status_t st, size_t got) {
+  if (o->done) return;
+  o->done = 1;
+  o->st = st;
+  o->got = got;
+  batch_t *b = o->b;
+  if (st != UCS_OK && !b->ecode) {
+    engine_t *e = b->eng;
+    if (st == UCS_ERR_CANCELED && b->ecode == 0 && e && atomic_load(&e->aborting))
+      batch_fail(b, E_ABORT, -1, "the communicator was aborted");
+    else if (st == UCS_ERR_MESSAGE_TRUNCATED)
+      batch_fail(b, E_SIZE, o->peer, "rank %d sent more bytes than this rank's receive of %zu bytes (sizes "
+                 "or dtypes differ across ranks)", o->peer, o->len);
+    else
+      batch_fail(b, E_PEER, o->peer, "UCX %s with rank %d failed: %s", o->kind == K_SEND ? "send" : "receive",
+                 o->peer, ucs_status_string(st));
+  } else if (st == UCS_OK && o->kind == K_RECV && got != o->len && !b->ecode) {
+    batch_fail(b, E_SIZE, o->peer, "rank %d sent %zu bytes where this rank receives %zu (sizes or dtypes "
+               "differ across ranks)", o->peer, got, o->len);
+  }
+  if (--b->left == 0) b->finished = 1;
+}
+
+static void send_cb(void *req, ucs_status_t st, void *ud) {
+  (void)req;
+  op_end((op_t *)ud, st, ((op_t *)ud)->len);
+}
+
+static void recv_cb(void *req, ucs_status_t st, const ucp_tag_recv_info_t *info, void *ud) {
+  (void)req;
+  op_end((op_t *)ud, st, st == UCS_OK ? info->length : 0);
+}
+
+static void ctrl_cb(void *req, ucs_status_t st, const ucp_tag_recv_info_t *info, void *ud) {
+  (void)req; (void)info;
+  engine_t *e = ud;
+  e->ctrl_ready = st == UCS_OK ? 1 : -1;
+}
+
+void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st) {
+  engine_t *e = arg;
+  for (int p = 0; p < e->size; p++) {
+    if (e->eps[p] == ep) {
+      int expected = 0;
+      if (atomic_compare_exchange_strong(&e->dead[p], &expected, st < 0 ? -(int)st : 1)) {
+        pthread_mutex_lock(&e->elock);
+        if (atomic_load(&e->dead_rank) < 0) {
+          snprintf(e->dead_why, sizeof e->dead_why, "UCX: connection to rank %d failed (%s)", p,
+                   ucs_status_string(st));
+          atomic_store(&e->dead_rank, p);
+        }
+        pthread_mutex_unlock(&e->elock);
+        atomic_store(&e->new_dead, 1);
+      }
+      return;
+    }
+  }
+}
+
+/* ----- engine thread --------------------------------------------------------------------------------- */
+static void post_op(engine_t *e, op_t *o) {
+  ucp_request_param_t prm;
+  ucp_tag_recv_info_t info = {0, 0};
+  memset(&prm, 0, sizeof prm);
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  prm.user_data = o;
+  prm.memory_type = UCS_MEMORY_TYPE_HOST;
+  o->posted = 1;
+  if (atomic_load(&e->dead[o->peer])) {
+    op_end(o, UCS_ERR_CONNECTION_RESET, 0);
+    return;
+  }
+  ucs_status_ptr_t r;
+  if (o->kind == K_SEND) {
+    prm.cb.send = send_cb;
+    r = ucp_tag_send_nbx(e->eps[o->peer], o->buf, o->len, o->tag, &prm);
+    e->bytes_sent += o->len;
+  } else {
+    prm.cb.recv = recv_cb;
+    prm.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    prm.recv_info.tag_info = &info;  /* a message already here completes at once: its length is read here */
+    r = ucp_tag_recv_nbx(e->worker, o->buf, o->len, o->tag, ~0ULL, &prm);
+  }
+  if (r == NULL) {
+    op_end(o, UCS_OK, o->kind == K_RECV ? info.length : o->len);
+  } else if (UCS_PTR_IS_ERR(r)) {
+    op_end(o, UCS_PTR_STATUS(r), 0);
+  } else {
+    o->req = r;
+  }
+}
+
+static void post_all(engine_t *e, batch_t *b) {
+  if (b->gate && __atomic_load_n(b->gate, __ATOMIC_ACQUIRE) != 0) {
+    /* the node's step before this one failed (a local rank died, aborted or timed out): its output, now
+       staged, is not the reduction the peers expect, so none of it goes out */
+    batch_fail(b, E_ABORT, -1, "a rank of this node failed before this step's data was complete; nothing was sent");
+    for (int k = 0; k < b->nops; k++)
+      if (!b->ops[k].posted) { b->ops[k].posted = 1; op_end(&b->ops[k], UCS_ERR_CANCELED, 0); }
+    b->unsent = 0;
+    return;
+  }
+  for (int k = 0; k < b->nops; k++)  /* receives first: posted before any data can arrive */
+    if (b->ops[k].kind == K_RECV && !b->ops[k].posted) post_op(e, &b->ops[k]);
+  for (int k = 0; k < b->nops; k++)
+    if (b->ops[k].kind == K_SEND && !b->ops[k].posted) post_op(e, &b->ops[k]);
+  b->unsent = 0;
+}
+
+static int ready_reached(batch_t *b) {
+  if (!b->ready) return 1;
+  uint32_t v = __atomic_load_n(b->ready, __ATOMIC_ACQUIRE);
+  return (int32_t)(v - b->ready_tok) >= 0;
+}
+
+static void grow(void ***arr, int *cap, int need) {
+  if (need <= *cap) return;
+  int c = *cap ? *cap * 2 : 64;
+  while (c < need) c *= 2;
+  void **n = realloc(*arr, (size_t)c * sizeof(void *));
+  if (!n) abort();  /* out of memory for a pointer list: nothing sensible to do */
+  *arr = n;
+  *cap = c;
+}
+
+static void activate(engine_t *e, batch_t *b) {
+  b->eng = e;
+  b->left = b->nops;
+  b->finished = b->nops == 0;
+  b->unsent = 0;
+  if (!b->t0) b->t0 = now_s();
+  atomic_store(&b->state, B_ACTIVE);
+  grow((void ***)&e->active, &e->capactive, e->nactive + 1);
+  e->active[e->nactive++] = b;
+  if (b->ordered) {
+    grow((void ***)&e->fifo, &e->capfifo, e->ftail - e->fhead + 1);
+    if (e->ftail == e->capfifo) {  /* compact */
+      memmove(e->fifo, e->fifo + e->fhead, (size_t)(e->ftail - e->fhead) * sizeof(void *));
+      e->ftail -= e->fhead;
+      e->fhead = 0;
+      grow((void ***)&e->fifo, &e->capfifo, e->ftail + 1);
+    }
+    e->fifo[e->ftail++] = b;
+  }
+  if (atomic_load(&e->aborting) && !b->isctrl) {
+    batch_fail(b, E_ABORT, atomic_load(&e->aborted_by), "the communicator was aborted");
+    for (int i = 0; i < b->nops; i++) { b->ops[i].posted = 1; op_end(&b->ops[i], UCS_ERR_CANCELED, 0); }
+    return;
+  }
+  /* a gated batch waits whole: its receive buffers are staging memory the GPU may still be reading
+     for the step before (the GPU writes the token after that) */
+  if (!ready_reached(b)) { b->unsent = b->nops; return; }
+  post_all(e, b);
+}
+
+static void end_batch(engine_t *e, batch_t *b) {
+  int failed = b->ecode != 0;
+  if (failed && b->bkind != BK_OP) {
+    pthread_mutex_lock(&e->elock);
+    if (!e->first_ecode) {
+      e->first_ecode = b->ecode;
+      e->first_epeer = b->epeer;
+      snprintf(e->first_err, sizeof e->first_err, "%s: %s", b->label[0] ? b->label : "network step", b->err);
+    }
+    pthread_mutex_unlock(&e->elock);
+  }
+  for (int i = 0; i < b->nops; i++) b->ops[i].req = NULL;
+  e->batches_done++;
+}
+
+/* failed: b->ecode read before the batch's state was published (a template's repost may reset it after) */
+static void write_done(batch_t *b, int failed) {
+  if (failed && b->gate) {
+    /* the gate is this rank's node error word: set before the stream goes on, so the node's kernels after
+       this step write nothing and its local peers never read what this step left as data */
+    uint32_t zero = 0;
+    __atomic_compare_exchange_n((uint32_t *)b->gate, &zero, (uint32_t)ERR_NET_WORD, 0, __ATOMIC_RELEASE,
+                                __ATOMIC_RELAXED);
+  }
+  if (b->done) __atomic_store_n(b->done, b->done_val, __ATOMIC_RELEASE);
+}
+
+int finalize(engine_t *e) {
+  int n = 0;
+  for (int i = 0; i < e->nactive;) {
+    batch_t *b = e->active[i];
+    if (!b->finished) { i++; continue; }
+    for (int k = 0; k < b->nops; k++)
+      if (b->ops[k].req) { ucp_request_free(b->ops[k].req); b->ops[k].req = NULL; }
+    for (int k = 0; k < b->nops; k++)
+      if (b->ops[k].kind == K_RECV && b->ops[k].st == UCS_OK) e->bytes_recv += b->ops[k].got;
+    e->active[i] = e->active[--e->nactive];
+    end_batch(e, b);
+    n++;
+    if (!b->ordered) {
+      int failed = b->ecode != 0;
+      atomic_store(&b->state, failed ? B_FAILED : B_DONE);
+      write_done(b, failed);
+      if (b->bkind != BK_TEMPLATE) batch_unref(b);
+    } else {
+      b->finished = 2;  /* waits for its turn in the FIFO */
+    }
+  }
+  while (e->fhead < e->ftail && e->fifo[e->fhead]->finished == 2) {
+    batch_t *b = e->fifo[e->fhead++];
+    int failed = b->ecode != 0;
+    atomic_store(&b->state, failed ? B_FAILED : B_DONE);
+    write_done(b, failed);
+    batch_unref(b);
+  }
+  if (n && atomic_load(&e->waiters)) {
+    pthread_mutex_lock(&e->dlock);
+    pthread_cond_broadcast(&e->dcond);
+    pthread_mutex_unlock(&e->dlock);
+  }
+  return n;
+}
+
+void cancel_batch(engine_t *e, batch_t *b, int only_peer) {
+  for (int k = 0; k < b->nops; k++) {
+    op_t *o = &b->ops[k];
+    if (o->done || (only_peer >= 0 && o->peer != only_peer)) continue;
+    if (!o->posted) { o->posted = 1; op_end(o, UCS_ERR_CANCELED, 0); b->unsent--; }
+    else if (o->req) ucp_request_cancel(e->worker, o->req);
+  }
+}
+
+static void peer_failures(engine_t *e) {
+  if (!atomic_exchange(&e->new_dead, 0)) return;
+  for (int i = 0; i < e->nactive; i++) {
+    batch_t *b = e->active[i];
+    for (int k = 0; k < b->nops; k++) {
+      op_t *o = &b->ops[k];
+      int d = atomic_load(&e->dead[o->peer]);
+      if (!d || o->done) continue;
+      pthread_mutex_lock(&e->elock);
+      batch_fail(b, E_PEER, o->peer, "rank %d is gone: %s", o->peer, e->dead_why);
+      pthread_mutex_unlock(&e->elock);
+      cancel_batch(e, b, o->peer);
+    }
+  }
+}
+
+static void timeouts(engine_t *e, double t) {
+  for (int i = 0; i < e->nactive; i++) {
+    batch_t *b = e->active[i];
+    if (b->finished || b->timeout <= 0 || t - b->t0 < b->timeout || b->ecode) continue;
+    char who[128]; int len = 0; int last = -1;
+    who[0] = 0;
+    for (int k = 0; k < b->nops && len < (int)sizeof who - 12; k++) {
+      op_t *o = &b->ops[k];
+      if (o->done || o->peer == last) continue;
+      len += snprintf(who + len, sizeof who - (size_t)len, "%s%d", len ? ", " : "", o->peer);
+      last = o->peer;
+    }
+    batch_fail(b, E_TIMEOUT, -1, "timed out after %.1fs waiting for rank(s) [%s] (HPCCL_TIMEOUT)", b->timeout, who);
+    cancel_batch(e, b, -1);
+  }
+}
+
+static void abort_all(engine_t *e) {
+  for (int i = 0; i < e->nactive; i++) {
+    batch_t *b = e->active[i];
+    if (b->finished || b->isctrl) continue;  /* control messages (the abort itself) still go out */
+    int by = atomic_load(&e->aborted_by);
+    if (by >= 0 && by != e->rank)
+      batch_fail(b, E_ABORT, by, "rank %d failed and aborted the communicator", by);
+    else
+      batch_fail(b, E_ABORT, -1, "the communicator was aborted");
+    cancel_batch(e, b, -1);
+  }
+}
+
+void post_ctrl_recv(engine_t *e) {
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof prm);
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+  prm.cb.recv = ctrl_cb;
+  prm.user_data = e;
+  prm.memory_type = UCS_MEMORY_TYPE_HOST;
+  e->ctrl_ready = 0;
+  ucs_status_ptr_t r = ucp_tag_recv_nbx(e->worker, e->ctrl_in, sizeof e->ctrl_in, CTRL_TAG, SEQ_MASK, &prm);
+  if (r == NULL) e->ctrl_ready = 1;
+  else if (UCS_PTR_IS_ERR(r)) { e->ctrl_req = NULL; e->ctrl_ready = -2; }
+  else e->ctrl_req = r;
+}
+
+static int ctrl_progress(engine_t *e) {
+  int n = 0;
+  while (e->ctrl_ready) {
+    if (e->ctrl_ready == -2) return n;  /* could not post: control messages are off */
+    if (e->ctrl_ready == 1) {
+      int t = atomic_load(&e->ctrl_tail);
+      if (t - atomic_load(&e->ctrl_head) < CTRL_RING) {
+        memcpy(e->ctrl_ring[t % CTRL_RING], e->ctrl_in, sizeof e->ctrl_in);
+        atomic_store(&e->ctrl_tail, t + 1);
+      }
+      if (e->ctrl_in[0] == 1) {  /* ABORT: fail what waits, at once */
+        int none = -1;
+        atomic_compare_exchange_strong(&e->aborted_by, &none, (int)e->ctrl_in[1]);
+        atomic_store(&e->aborting, 1);
+      }
+    }
+    if (e->ctrl_req) { ucp_request_free(e->ctrl_req); e->ctrl_req = NULL; }
+    post_ctrl_recv(e);
+    n++;
+  }
+  return n;
+}
+
+int drain(engine_t *e) {
+  pthread_mutex_lock(&e->qlock);
+  batch_t *b = e->qhead;
+  e->qhead = e->qtail = NULL;
+  batch_t *t = e->aqhead;
+  e->aqhead = NULL;
+  pthread_mutex_unlock(&e->qlock);
+  for (; t; t = t->anext) {
+    grow((void ***)&e->armed, &e->caparmed, e->narmed + 1);
+    e->armed[e->narmed++] = t;
+  }
+  int n = 0;
+  while (b) {
+    batch_t *next = b->qnext;
+    activate(e, b);
+    b = next;
+    n++;
+  }
+  return n;
+}
+
+static int gated_sends(engine_t *e) {
+  int n = 0;
+  for (int i = 0; i < e->nactive; i++) {
+    batch_t *b = e->active[i];
+    if (!b->unsent || !ready_reached(b)) continue;
+    post_all(e, b);
+    n++;
+  }
+  return n;
+}
+
+/* the next replay of template b: tags of this replay's tag space, ops and error reset, then active */
+static void replay(engine_t *e, batch_t *b) {
+  uint32_t r = atomic_fetch_add(&b->replays, 1);
+  for (int i = 0; i < b->nops; i++) {
+    op_t *o = &b->ops[i];
+    /* sender, template number and index were fixed at capture; the replay count goes in its 16 bits */
+    o->tag = (o->tag & ~(0xFFFFULL << 7)) | ((uint64_t)(r & 0xFFFF) << 7);
+    o->req = NULL; o->posted = 0; o->done = 0; o->got = 0; o->st = UCS_OK;
+  }
+  b->ecode = 0; b->epeer = -1; b->err[0] = 0; b->finished = 0; b->t0 = now_s();
+  atomic_store(&b->state, B_NEW);
+  activate(e, b);
+}
+
+/* templates whose arm word a graph replay set (its staged data in place, its done word cleared before):
+   clear it and post the step again; an arm word is set only after the previous replay's done word, so a
+   template seen armed is never still active */
+static int poll_armed(engine_t *e) {
+  int n = 0;
+  for (int i = 0; i < e->narmed; i++) {
+    batch_t *b = e->armed[i];
+    if (__atomic_load_n(b->arm, __ATOMIC_ACQUIRE) == 0 || atomic_load(&b->state) < B_DONE) continue;
+    __atomic_store_n(b->arm, 0, __ATOMIC_RELAXED);
+    replay(e, b);
+    n++;
+  }
+  return n;
+}
+
+static int has_gated(engine_t *e) {
+  for (int i = 0; i < e->nactive; i++) if (e->active[i]->unsent) return 1;
+  return 0;
+}
+
+/* sleep until a socket event (with ``events``), a submission or ``timeout_ms``; called with wlock held,
+   returns with it held */
+static void sleep_for(engine_t *e, int timeout_ms, int events) {
+  int efd = events ? e->efd : -1;
+  struct pollfd fds[2] = {{e->wake, POLLIN, 0}, {efd, POLLIN, 0}};
+  atomic_store(&e->sleeping, 1);
+  pthread_mutex_lock(&e->qlock);
+  int queued = e->qhead != NULL || e->aqhead != NULL;
+  pthread_mutex_unlock(&e->qlock);
+  if (!queued && !atomic_load(&e->stop) && (efd < 0 || ucp_worker_arm(e->worker) == UCS_OK)) {
+    pthread_mutex_unlock(&e->wlock);
+    int r = poll(fds, efd >= 0 ? 2 : 1, timeout_ms);
+    if (r > 0 && (fds[0].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t rd = read(e->wake, &v, sizeof v);
+      (void)rd;
+    }
+    pthread_mutex_lock(&e->wlock);
+  }
+  atomic_store(&e->sleeping, 0);
+}
+
+static void sleep_on(engine_t *e, int timeout_ms) { sleep_for(e, timeout_ms, 1); }
+
+/* one round of the engine's work; the caller holds wlock (the engine thread, or a waiting caller) */
+int engine_step(engine_t *e) {
+  int work = drain(e);
+  if (atomic_load(&e->aborting)) abort_all(e);
+  peer_failures(e);
+  work += gated_sends(e);
+  if (e->narmed) work += poll_armed(e);
+  work += (int)ucp_worker_progress(e->worker);
+  work += ctrl_progress(e);
+  work += finalize(e);
+  atomic_store(&e->nactive_pub, e->nactive);
+  return work;
+}
+
+void *engine_loop(void *arg) {
+  engine_t *e = arg;
+  long idle = 0;
+  pthread_mutex_lock(&e->wlock);
+  while (!atomic_load(&e->stop)) {
+    int work = engine_step(e);
+    double t = 0;
+    if ((idle & 255) == 0 && (t = now_s()) >= e->next_check) {
+      e->next_check = t + 0.005;
+      timeouts(e, t);
+    }
+    if (work) {
+      idle = 0;
+    } else if (++idle && atomic_load(&e->driving)) {
+      /* a waiting caller drives progress itself: stay out of its way, even when data arrives (it wakes
+         this thread when it stops driving with work left) */
+      sleep_for(e, 1, 0);
+      idle = 0;
+    } else if (e->nactive == 0) {
+      /* idle: sleep until a message or a submission; briefly while graphs may set arm words */
+      if (idle > 4000) { sleep_on(e, e->narmed ? 1 : 50); idle = 0; }
+    } else if (idle > 20000) {
+      /* waiting long for a peer: sleep on the sockets, briefly when a send waits for the GPU's word */
+      int gated = has_gated(e);
+      sleep_on(e, gated ? 0 : 1);
+      idle = 10000;
+    }
+    /* let a waiting caller take the worker between rounds (it then needs no hand-off) */
+    pthread_mutex_unlock(&e->wlock);
+    if ((idle & 63) == 63) sched_yield();
+    pthread_mutex_lock(&e->wlock);
+  }
+  pthread_mutex_unlock(&e->wlock);
+  return NULL;
+}
