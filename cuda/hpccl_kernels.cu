@@ -739,6 +739,40 @@ __global__ void __launch_bounds__(512) hp_scale_local(char* buf, u64 n, int nran
     d[i] = hp_store<DT>(hp_finish<DT, 4>(hp_load<DT>(d[i]), nranks));
 }
 
+// ---- one small GPU network step in one kernel (hpccl/netstep.py, HPCCL_NET_FUSED_SIZE) ------------------
+// The send copied into pinned staging memory, then the ready token written (system scope, after a fence:
+// the engine polling the word reads whole data), then the engine's done word awaited, then what arrived
+// combined into the output: out = src OP got, or (OP == 5) a copy. Where a step otherwise enqueues a copy,
+// a token write, a wait and a kernel. words: [0] the ready word, [1] lane 0's done word (mapped host
+// memory); sizes: send bytes | received elements << 32; tokval: token | done value << 32. The engine
+// writes the done word whether the step ended well or not, so the wait always ends.
+template <int DT, int OP>
+__global__ void __launch_bounds__(256) hp_net_step(const char* send, char* stage, u64 sizes, const char* got,
+                                                   const char* src, char* out, u32* words, u64 tokval) {
+  typedef typename Dt<DT>::T T;
+  const u64 nsend = sizes & 0xffffffffull, nrecv = sizes >> 32;
+  if (nsend) hp_copy(stage, send, nsend, ((u64)stage | (u64)send) % 16 == 0);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    hp_st_release(words, (u32)tokval);
+    const u32 val = (u32)(tokval >> 32);
+    while ((int)(hp_ld_acquire(words + 1) - val) < 0) {
+    }
+    __threadfence_system();
+  }
+  __syncthreads();
+  if (OP == 5) {
+    hp_copy(out, got, nrecv * sizeof(T), ((u64)out | (u64)got) % 16 == 0);
+    return;
+  }
+  const T* g = (const T*)got;
+  const T* x = (const T*)src;
+  T* d = (T*)out;
+  for (u64 i = threadIdx.x; i < nrecv; i += blockDim.x)
+    d[i] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[i]), hp_load<DT>(g[i])));
+}
+
 // Holds a stream until the host writes gen (or more) into a mapped host word: the fallback when the
 // driver refuses cuStreamWaitValue32 on that memory. Times out like every other wait (error word set).
 extern "C" __global__ void hp_wait_host(const u32* word, u32 gen, u32* err, u64 timeout_ns) {
@@ -752,8 +786,10 @@ extern "C" __global__ void hp_wait_host(const u32* word, u32 gen, u32* err, u64 
   template __global__ void hp_allreduce_twoshot<DT, OP>(CommArgs);    \
   template __global__ void hp_reg_reduce<DT, OP>(RegArgs);             \
   template __global__ void hp_s_reduce<DT, OP>(SafeArgs);              \
-  template __global__ void hp_reduce_local<DT, OP>(char*, const char*, const char*, u64);
-#define HP_INST_INT(DT) HP_INST_OP(DT, 0) HP_INST_OP(DT, 1) HP_INST_OP(DT, 2) HP_INST_OP(DT, 3)
+  template __global__ void hp_reduce_local<DT, OP>(char*, const char*, const char*, u64);              \
+  template __global__ void hp_net_step<DT, OP>(const char*, char*, u64, const char*, const char*, char*, u32*, u64);
+#define HP_INST_INT(DT) HP_INST_OP(DT, 0) HP_INST_OP(DT, 1) HP_INST_OP(DT, 2) HP_INST_OP(DT, 3) \
+  template __global__ void hp_net_step<DT, 5>(const char*, char*, u64, const char*, const char*, char*, u32*, u64);
 #define HP_INST_FLT(DT) HP_INST_INT(DT) HP_INST_OP(DT, 4) template __global__ void hp_scale_local<DT>(char*, u64, int);
 HP_INST_INT(0)
 HP_INST_INT(1)

@@ -29,7 +29,10 @@ typedef int (*cu_capturing_t)(void *, int *);
 typedef int (*cu_record_t)(void *, void *);
 typedef int (*cu_wait_event_t)(void *, void *, unsigned);
 
-enum { A_DTOH = 0, A_HTOD = 1, A_DTOD = 2, A_POST = 3, A_WAIT = 4, A_LAUNCH = 5, A_TOKEN = 6 };
+/* A_KTOKEN: the next token, written by a kernel (not the stream); A_KLAUNCH: a fused step's kernel, whose
+   last argument is this replay's token | the done value of one post << 32 */
+enum { A_DTOH = 0, A_HTOD = 1, A_DTOD = 2, A_POST = 3, A_WAIT = 4, A_LAUNCH = 5, A_TOKEN = 6, A_KTOKEN = 7,
+       A_KLAUNCH = 8 };
 enum { F_DTOH, F_HTOD, F_DTOD, F_WRITE, F_WAIT, F_LAUNCH, F_CAPTURING, F_RECORD, F_WAIT_EVENT, F_COUNT };
 #define NR_ARGS 8
 #define NR_NO_STREAM UINT64_MAX
@@ -90,7 +93,7 @@ static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int 
     case A_DTOH: case A_HTOD: case A_DTOD:
       if (!PyArg_ParseTuple(t, "iKKK", &a->kind, &a->dst, &a->src, &a->n)) return -1;
       return 0;
-    case A_TOKEN:
+    case A_TOKEN: case A_KTOKEN:
       (*tokens)++;
       return 0;
     case A_POST:
@@ -104,10 +107,16 @@ static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int 
       if (!PyArg_ParseTuple(t, "ii", &a->kind, &a->post)) return -1;
       if (a->post < 0 || a->post >= *posts) goto bad;  /* a wait follows the post it waits for */
       return 0;
-    case A_LAUNCH: {
+    case A_LAUNCH: case A_KLAUNCH: {
       unsigned long long func;
       PyObject *args;
-      if (!PyArg_ParseTuple(t, "iKIIO!", &a->kind, &func, &a->grid, &a->block, &PyTuple_Type, &args)) return -1;
+      if (a->kind == A_LAUNCH) {
+        if (!PyArg_ParseTuple(t, "iKIIO!", &a->kind, &func, &a->grid, &a->block, &PyTuple_Type, &args)) return -1;
+      } else {
+        if (!PyArg_ParseTuple(t, "iKIIO!i", &a->kind, &func, &a->grid, &a->block, &PyTuple_Type, &args, &a->post))
+          return -1;
+        if (a->post < 0 || a->post >= *posts || PyTuple_GET_SIZE(args) != NR_ARGS) goto bad;
+      }
       Py_ssize_t na = PyTuple_GET_SIZE(args);
       if (na > NR_ARGS) goto bad;
       a->func = (void *)(uintptr_t)func;
@@ -266,6 +275,12 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
         if ((rc = ((cu_value_t)p->fn[F_WAIT])(s, p->done_d[p->post_lane[a->post]], p->vals[a->post], 0)))  /* GEQ */
           return nr_fail("cuStreamWaitValue32", rc);
         break;
+      case A_KTOKEN:
+        tok = ++st->tok;
+        break;
+      case A_KLAUNCH:
+        a->args[NR_ARGS - 1] = (uint64_t)tok | ((uint64_t)p->vals[a->post] << 32);
+        /* fall through */
       case A_LAUNCH:
         if ((rc = ((cu_launch_t)p->fn[F_LAUNCH])(a->func, a->grid, 1, 1, a->block, 1, 1, 0, s, a->params, NULL)))
           return nr_fail("cuLaunchKernel", rc);

@@ -90,6 +90,10 @@ _param("HPCCL_NET_SLICE", 1 << 20, _size,
        "Bytes per slice of a GPU network step's messages (the staged engine path): each message is cut into "
        "slices whose device-to-host copy, wire and copy-out or reduction overlap along the stream; "
        "0 moves each message whole. Must be the same on every rank.")
+_param("HPCCL_NET_FUSED_SIZE", 16 << 10, _size,
+       "GPU network steps across nodes of one message each way (each at most this many bytes) run as one "
+       "kernel: the send staged, the engine's token written, its done word awaited and the received data "
+       "combined, where larger steps take four stream operations; 0 turns it off. Ranks may differ.")
 _param("HPCCL_NET_LANES", 0, int,
        "Lanes of GPU network steps across nodes: engines of their own (a UCP worker and a progress thread "
        "each), slice i of every message going over lane i mod L, so one peer's data moves over L connections "

@@ -53,10 +53,11 @@ class Recording:
         if self._on(stream):
             self.acts.append((kind, dst, src, n))
 
-    def token(self, stream: int) -> None:
-        """The next ready token written on the stream (every lane's batch of the step waits for it)."""
+    def token(self, stream: int, by_kernel: bool = False) -> None:
+        """The next ready token, written on the stream (or by the step's fused kernel: ``by_kernel``); every
+        lane's batch of the step waits for it."""
         if self._on(stream):
-            self.acts.append((6, 0))
+            self.acts.append((7 if by_kernel else 6, 0))
 
     def post(self, ops: List[tuple], lane: int, val: int, gate: int, stream: int) -> None:
         """One lane's batch of a step, handed over at the last token."""
@@ -76,6 +77,16 @@ class Recording:
                 self.refuse("a wait for a step of another call")
             else:
                 self.acts.append((4, k))
+
+    def fused(self, func: int, grid: int, block: int, args: tuple, lane: int, val: int, stream: int) -> None:
+        """A fused step's kernel: its last argument is patched at each replay with the token and the done
+        value of the post (lane, val) it waits for."""
+        if self._on(stream):
+            k = self._posts.get((lane, val))
+            if k is None or len(args) != 8:
+                self.refuse("a fused step without its post")
+            else:
+                self.acts.append((8, func, grid, block, tuple(int(a) & 0xFFFFFFFFFFFFFFFF for a in args), k))
 
     def launch(self, func: int, grid: int, block: int, args: tuple, stream: int) -> None:
         if self._on(stream):

@@ -118,6 +118,8 @@ class StagedNet:
         self._join_ev = self.driver.event()
         self.steps = 0
         self.captured = 0
+        self.fused = 0  # steps run as one kernel (step_fused)
+        self.fused_size = int(config.get("HPCCL_NET_FUSED_SIZE"))
         sl = int(config.get("HPCCL_NET_SLICE"))
         self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
 
@@ -236,19 +238,20 @@ class StagedNet:
                 return rc
         return 0
 
-    def _post(self, s: Any, ops: list, label: str) -> List[tuple]:
-        """Write the next ready token on the stream and hand ``ops`` ((lane, op) pairs) to the engines, an
-        eager batch per lane that has any (lane 0 when none has); returns the (lane, done value) pairs the
-        stream then waits for."""
+    def _post(self, s: Any, ops: list, label: str, by_kernel: bool = False) -> List[tuple]:
+        """Write the next ready token on the stream (``by_kernel``: the step's kernel writes it) and hand
+        ``ops`` ((lane, op) pairs) to the engines, an eager batch per lane that has any (lane 0 when none
+        has); returns the (lane, done value) pairs the stream then waits for."""
         st = self.st
         st.tok = (st.tok + 1) & 0xFFFFFFFF
         tok = st.tok
-        rc = self.driver.write_value32(s, self.ready_d, tok, 0)
-        if rc:
-            raise self._cuda("cuStreamWriteValue32", rc)
+        if not by_kernel:
+            rc = self.driver.write_value32(s, self.ready_d, tok, 0)
+            if rc:
+                raise self._cuda("cuStreamWriteValue32", rc)
         rec = self.rec
         if rec is not None:
-            rec.token(s.value or 0)
+            rec.token(s.value or 0, by_kernel)
         gate = self.gate() if self.gate is not None else 0
         lanes = sorted({lane for lane, _op in ops}) or [0]
         out = []
@@ -260,6 +263,37 @@ class StagedNet:
                 rec.post(mine, j, val, gate, s.value or 0)
             out.append((j, val))
         return out
+
+    def fusable(self, sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
+        """Whether one exchange can run as one kernel (step_fused): not under capture (the caller checks),
+        at most one message each way, each within HPCCL_NET_FUSED_SIZE (so one piece, on lane 0), a
+        contiguous receive buffer (and source)."""
+        lim = self.fused_size
+        return (0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
+                and all(n <= lim for _p, _ptr, n in sends) and all(r[1] <= lim for r in recvs)
+                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+
+    def step_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
+                   launch: Callable[[int, int, int], tuple]) -> None:
+        """One small exchange as one kernel on ``stream``: the engine is handed the step's messages now,
+        gated on the token the kernel writes once it has staged the send; ``launch(send_stage, recv_stage,
+        tokval)`` enqueues the kernel (it waits for the done word and combines what arrived) and returns
+        (func, grid, block, args) for the recording."""
+        ns = send[2] if send is not None else 0
+        nr = recv[1] if recv is not None else 0
+        area = self.staging(_align(ns) + _align(nr))
+        ops = []
+        if send is not None:
+            ops.append((0, (0, send[0], area.host, ns)))
+        if recv is not None:
+            ops.append((0, (1, recv[0], area.host + _align(ns), nr)))
+        s = ctypes.c_void_p(stream)
+        (lane, val), = self._post(s, ops, label, by_kernel=True)
+        func, grid, block, args = launch(area.dev, area.dev + _align(ns), self.st.tok | (val << 32))
+        if self.rec is not None:
+            self.rec.fused(func, grid, block, args, lane, val, stream)
+        self.steps += 1
+        self.fused += 1
 
     def _wait(self, s: Any, posted: List[tuple]) -> int:
         """The stream waits until every lane's batch of one post has ended; the first failing driver
@@ -450,7 +484,14 @@ class StagedPrimitives(Primitives):
         remote_sends = [(p, b.data.ptr, b.nbytes) for p, b in sends if p != self.rank]
         if remote_sends or remote_recvs:
             stream = cupy.cuda.get_current_stream().ptr
-            self.net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
+            net = self.net
+            if net.fused_size and net.fusable(remote_sends, remote_recvs) and not net.driver.capturing(stream):
+                dtype = (remote_recvs[0][2] if remote_recvs else next(b for p, b in sends if p != self.rank)).dtype
+                net.step_fused(stream, remote_sends[0] if remote_sends else None,
+                               remote_recvs[0] if remote_recvs else None, self.label,
+                               lambda ss, rs, tv: self._fused(stream, ss, rs, tv, remote_sends, remote_recvs, dtype))
+            else:
+                net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
         if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
             meanwhile()
 
@@ -461,6 +502,30 @@ class StagedPrimitives(Primitives):
         if self.net.rec is not None:
             self.net.rec.keep.append(self._scratch[slot])
         return out
+
+    def _fused(self, stream: int, send_stage: int, recv_stage: int, tokval: int, sends: list, recvs: list,
+               dtype: Any) -> tuple:
+        """Launch the fused step's kernel (hp_net_step, cuda/hpccl_kernels.cu) on ``stream``: stage the send,
+        write the token, wait for the done word, combine the receive; (func, grid, block, args) back."""
+        from .kernels import DTYPE_IDS, OP_IDS, Launch
+        from .ops import dtype_name
+        mem = self.mem
+        dt = DTYPE_IDS[dtype_name(mem.dtype(recvs[0][2]) if recvs else dtype)]
+        ns = sends[0][2] if sends else 0
+        if recvs:
+            _p, nr, buf, op, src = recvs[0]
+            opid, count = (5, nr // buf.dtype.itemsize) if op is None else (OP_IDS[op.value], buf.size)
+            out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
+        else:
+            opid, count, out, x = 5, 0, 0, 0
+        func = mem._kernel(f"hp_net_step<{dt}, {opid}>", dt)
+        vals = (sends[0][1] if sends else 0, send_stage, ns | (count << 32), recv_stage, x, out,
+                self.net.ready_d, tokval)
+        args = [ctypes.c_uint64(v) for v in vals]
+        rc = Launch(self.net.driver, func, 1, 256, args)(stream)
+        if rc:
+            raise self.net._cuda("cuLaunchKernel", rc)
+        return func, 1, 256, vals
 
     def _consume(self, addr: int, r: tuple) -> None:
         """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into

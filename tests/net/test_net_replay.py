@@ -27,6 +27,7 @@ from hpccl import netreplay, netstep
 ne = pytest.importorskip("hpccl.transport.engine", reason="the network engine (UCX) is not built here")._ne
 
 ADD = 0xADD  # the stand-in "kernel": dst[i] = a[i] + b[i] over float32
+FUSED = 0xF05ED  # the stand-in fused step (hp_net_step<float32, sum>): stage, token, wait, add
 
 C_DTOH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
 C_HTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
@@ -111,10 +112,31 @@ class Gpu:
             out[:] = np.frombuffer(t.from_address(a), np.float32) + np.frombuffer(t.from_address(b), np.float32)
         self.q.put(run)
 
+    def fused(self, send, stage, sizes, got, src, out, words, tokval) -> None:
+        """The fused step's kernel as the stream runs it (cuda/hpccl_kernels.cu hp_net_step, float32 sum)."""
+        self.calls["launch"] += 1
+
+        def run():
+            ns, count = sizes & 0xFFFFFFFF, sizes >> 32
+            ctypes.memmove(stage, send, ns)
+            ctypes.c_uint32.from_address(words).value = tokval & 0xFFFFFFFF
+            end = time.monotonic() + 15
+            while not _reached(words + 4, tokval >> 32):
+                if time.monotonic() > end:
+                    raise TimeoutError(f"done word never reached {tokval >> 32}")
+                time.sleep(0)
+            t = ctypes.c_float * count
+            o = np.frombuffer(t.from_address(out), np.float32)
+            o[:] = np.frombuffer(t.from_address(src), np.float32) + np.frombuffer(t.from_address(got), np.float32)
+        self.q.put(run)
+
     def entry_points(self) -> tuple:
         """The same driver for the C replay: callbacks in _netreplay.c's F_* order (kept alive here)."""
         def launch(func, gx, gy, gz, bx, by, bz, shmem, s, params, extra):
-            assert func == ADD
+            assert func in (ADD, FUSED)
+            if func == FUSED:
+                self.fused(*[ctypes.c_uint64.from_address(params[i]).value for i in range(8)])
+                return 0
             v = [ctypes.c_uint64.from_address(params[i]).value for i in range(4)]
             self.add(*v)
             return 0
@@ -152,7 +174,8 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n.dones = [(n.ready_h + 4 + 4 * j,) * 2 for j in range(len(engs))]
     n.done_h = n.done_d = n.dones[0][0]
     n._join_ev = 0
-    n.steps = 0
+    n.steps = n.fused = 0
+    n.fused_size = 16 << 10
     area = Area(1 << 20)
     n._stage = area
     n.staging = lambda total: area
@@ -293,3 +316,51 @@ def test_a_recording_refuses_what_it_cannot_replay():
     gated.post([], 0, 1, 0, 7)
     gated.post([], 0, 2, 64, 7)
     assert gated.why == "steps with different gates"
+
+
+def test_fused_steps_replay_with_their_token_and_done_value_patched(pair):
+    """Small steps as one kernel (StagedNet.step_fused): the kernel writes the token, the stream writes
+    none; replays patch each call's token and done value into the kernel's last argument. 40 calls, rank 0
+    replaying from its second, rank 1 alternating with Python, every result checked."""
+    (ea, eb), gpus = pair
+    nets = [_net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
+    reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    count = 64
+    xs = [np.zeros(count, np.float32) for _ in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    wrong: list = []
+    key = ("ar", 1)
+
+    def python_call(r: int, label: str) -> None:
+        net, g, x, y = nets[r], gpus[r], xs[r], ys[r]
+        send, recv = (1 - r, x.ctypes.data, x.nbytes), (1 - r, x.nbytes, y, "sum", x)
+        assert net.fusable([send], [recv])
+
+        def launch(ss, rs, tv):
+            vals = (x.ctypes.data, ss, x.nbytes | (count << 32), rs, x.ctypes.data, y.ctypes.data, net.ready_d, tv)
+            g.fused(*vals)
+            return FUSED, 1, 256, vals
+        net.step_fused(1, send, recv, label, launch)
+
+    for i in range(40):
+        for r in range(2):
+            g = gpus[r]
+            g.q.put(lambda x=xs[r], v=(r + 1) * (i + 1): x.fill(v))
+            if i > 0 and (r == 0 or i % 2):
+                assert reps[r].fire(key, f"all_reduce #{i + 1}") == 0
+            else:
+                rec = reps[r].start(key, 1) if i == 0 else None
+                python_call(r, f"all_reduce #{i + 1}")
+                reps[r].finish(key, rec, True)
+            g.q.put(lambda y=ys[r], i=i: None if np.all(y == 3 * (i + 1)) else wrong.append((i, float(y[0]))))
+    for g in gpus:
+        g.drain()
+        assert not g.failed, g.failed
+    assert wrong == []
+    assert reps[0].replayed == 39 and reps[1].replayed == 20
+    assert reps[0]._progs[key].shape == (3, 1, 2, 1)  # a kernel token, a post, the fused kernel
+    for n, g in zip(nets, gpus):
+        assert n.st.tok == n.st.val[0] == 40 and g.calls["post_words"] == 0
+    assert not nets[0].fusable([(1, 0, 4)] * 2, [])  # two sends
+    assert not nets[0].fusable([(1, 0, (16 << 10) + 1)], [])  # above HPCCL_NET_FUSED_SIZE
+    assert ea.error() is None and eb.error() is None
