@@ -485,11 +485,13 @@ class StagedPrimitives(Primitives):
         if remote_sends or remote_recvs:
             stream = cupy.cuda.get_current_stream().ptr
             net = self.net
+            kern = None
             if net.fused_size and net.fusable(remote_sends, remote_recvs) and not net.driver.capturing(stream):
-                dtype = (remote_recvs[0][2] if remote_recvs else next(b for p, b in sends if p != self.rank)).dtype
+                kern = self._fused_kernel(remote_recvs)
+            if kern is not None:  # the kernel is loaded before the engine is handed anything
                 net.step_fused(stream, remote_sends[0] if remote_sends else None,
                                remote_recvs[0] if remote_recvs else None, self.label,
-                               lambda ss, rs, tv: self._fused(stream, ss, rs, tv, remote_sends, remote_recvs, dtype))
+                               lambda ss, rs, tv: self._fused(stream, kern, ss, rs, tv, remote_sends, remote_recvs))
             else:
                 net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
         if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
@@ -503,22 +505,31 @@ class StagedPrimitives(Primitives):
             self.net.rec.keep.append(self._scratch[slot])
         return out
 
-    def _fused(self, stream: int, send_stage: int, recv_stage: int, tokval: int, sends: list, recvs: list,
-               dtype: Any) -> tuple:
+    def _fused_kernel(self, recvs: list) -> Optional[tuple]:
+        """(function, elements) of the fused step's kernel for this receive: hp_net_step<dtype, op>, or a
+        byte copy (op 5 over uint8) when nothing is combined; None for a dtype it has no reduction for."""
+        from .kernels import DTYPE_IDS, OP_IDS
+        from .ops import dtype_name
+        if recvs and recvs[0][3] is not None:
+            buf, op = recvs[0][2], recvs[0][3]
+            dt = DTYPE_IDS.get(dtype_name(self.mem.dtype(buf)))
+            if dt is None or op.value not in OP_IDS:
+                return None
+            return self.mem._kernel(f"hp_net_step<{dt}, {OP_IDS[op.value]}>", dt), buf.size
+        dt = DTYPE_IDS["uint8"]
+        return self.mem._kernel(f"hp_net_step<{dt}, 5>", dt), recvs[0][1] if recvs else 0
+
+    def _fused(self, stream: int, kern: tuple, send_stage: int, recv_stage: int, tokval: int, sends: list,
+               recvs: list) -> tuple:
         """Launch the fused step's kernel (hp_net_step, cuda/hpccl_kernels.cu) on ``stream``: stage the send,
         write the token, wait for the done word, combine the receive; (func, grid, block, args) back."""
-        from .kernels import DTYPE_IDS, OP_IDS, Launch
-        from .ops import dtype_name
-        mem = self.mem
-        dt = DTYPE_IDS[dtype_name(mem.dtype(recvs[0][2]) if recvs else dtype)]
+        from .kernels import Launch
+        func, count = kern
         ns = sends[0][2] if sends else 0
+        out = x = 0
         if recvs:
-            _p, nr, buf, op, src = recvs[0]
-            opid, count = (5, nr // buf.dtype.itemsize) if op is None else (OP_IDS[op.value], buf.size)
+            _p, _nr, buf, _op, src = recvs[0]
             out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
-        else:
-            opid, count, out, x = 5, 0, 0, 0
-        func = mem._kernel(f"hp_net_step<{dt}, {opid}>", dt)
         vals = (sends[0][1] if sends else 0, send_stage, ns | (count << 32), recv_stage, x, out,
                 self.net.ready_d, tokval)
         args = [ctypes.c_uint64(v) for v in vals]
