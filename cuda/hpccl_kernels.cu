@@ -744,16 +744,18 @@ __global__ void __launch_bounds__(512) hp_scale_local(char* buf, u64 n, int nran
 // the engine polling the word reads whole data), then the engine's done word awaited, then what arrived
 // combined into the output: out = src OP got, or (OP == 5) a copy. Where a step otherwise enqueues a copy,
 // a token write, a wait and a kernel. words: [0] the ready word, [1] lane 0's done word (mapped host
-// memory); sizes: send bytes | received elements << 32; tokval: token | done value << 32. The engine
-// writes the done word whether the step ended well or not, so the wait always ends.
+// memory); sizes: send bytes | received elements << 32, bit 63 set for a step captured in a graph (words:
+// the template's arm and done words; each replay clears the done word before arming); tokval: token | done
+// value << 32. The engine writes the done word whether the step ended well or not, so the wait always ends.
 template <int DT, int OP>
 __global__ void __launch_bounds__(256) hp_net_step(const char* send, char* stage, u64 sizes, const char* got,
                                                    const char* src, char* out, u32* words, u64 tokval) {
   typedef typename Dt<DT>::T T;
-  const u64 nsend = sizes & 0xffffffffull, nrecv = sizes >> 32;
+  const u64 nsend = sizes & 0xffffffffull, nrecv = (sizes >> 32) & 0x7fffffffull;
   if (nsend) hp_copy(stage, send, nsend, ((u64)stage | (u64)send) % 16 == 0);
   __syncthreads();
   if (threadIdx.x == 0) {
+    if (sizes >> 63) *(volatile u32*)(words + 1) = 0u;
     __threadfence_system();
     hp_st_release(words, (u32)tokval);
     const u32 val = (u32)(tokval >> 32);

@@ -133,14 +133,15 @@ class StagedNet:
             self._stage = _Pinned(self.driver, max(nbytes, 1 << 20, 2 * (self._stage.nbytes if self._stage else 0)))
         return self._stage
 
-    def _graph_word(self) -> tuple:
-        if self._gwords is None or self._gword_next >= _WORDS:
+    def _graph_word(self, n: int = 1) -> tuple:
+        """(host, device) address of the first of ``n`` consecutive words for a captured step, zeroed."""
+        if self._gwords is None or self._gword_next + n > _WORDS:
             self._gwords = _Pinned(self.driver, 4 * _WORDS)
             ctypes.memset(self._gwords.host, 0, 4 * _WORDS)
             self._graph.append(self._gwords)
             self._gword_next = 0
         i = self._gword_next
-        self._gword_next += 1
+        self._gword_next += n
         return self._gwords.host + 4 * i, self._gwords.dev + 4 * i
 
     # ----- ordering across streams --------------------------------------------------------------------
@@ -274,11 +275,11 @@ class StagedNet:
                 and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
 
     def step_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
-                   launch: Callable[[int, int, int], tuple]) -> None:
+                   launch: Callable[..., tuple]) -> None:
         """One small exchange as one kernel on ``stream``: the engine is handed the step's messages now,
         gated on the token the kernel writes once it has staged the send; ``launch(send_stage, recv_stage,
-        tokval)`` enqueues the kernel (it waits for the done word and combines what arrived) and returns
-        (func, grid, block, args) for the recording."""
+        tokval, words)`` enqueues the kernel (it waits for the done word and combines what arrived) and
+        returns (func, grid, block, args) for the recording."""
         ns = send[2] if send is not None else 0
         nr = recv[1] if recv is not None else 0
         area = self.staging(_align(ns) + _align(nr))
@@ -289,10 +290,34 @@ class StagedNet:
             ops.append((0, (1, recv[0], area.host + _align(ns), nr)))
         s = ctypes.c_void_p(stream)
         (lane, val), = self._post(s, ops, label, by_kernel=True)
-        func, grid, block, args = launch(area.dev, area.dev + _align(ns), self.st.tok | (val << 32))
+        func, grid, block, args = launch(area.dev, area.dev + _align(ns), self.st.tok | (val << 32), self.ready_d)
         if self.rec is not None:
             self.rec.fused(func, grid, block, args, lane, val, stream)
         self.steps += 1
+        self.fused += 1
+
+    def capture_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
+                      launch: Callable[..., tuple]) -> None:
+        """step_fused on a capturing stream: a template on lane 0 with an arm word and the done word after
+        it, and staging of its own; the kernel (captured) clears the done word, sets the arm word once the
+        send is staged, and waits for the engine's done := 1 at every replay."""
+        ns = send[2] if send is not None else 0
+        nr = recv[1] if recv is not None else 0
+        area = _Pinned(self.driver, _align(ns) + _align(nr))
+        self._graph.append(area)
+        ops = []
+        if send is not None:
+            ops.append((0, send[0], area.host, ns))
+        if recv is not None:
+            ops.append((1, recv[0], area.host + _align(ns), nr))
+        if self.rec is not None:
+            self.rec.refuse("captured")
+        arm_h, arm_d = self._graph_word(2)  # arm, then done: the kernel's words[0] and words[1]
+        t = self.engs[0].template(ops, arm_h + 4, arm_h, self.timeout, label)
+        self._graph.append(t)
+        launch(area.dev, area.dev + _align(ns), 1 | (1 << 32), arm_d, True)
+        self.steps += 1
+        self.captured += 1
         self.fused += 1
 
     def _wait(self, s: Any, posted: List[tuple]) -> int:
@@ -486,12 +511,13 @@ class StagedPrimitives(Primitives):
             stream = cupy.cuda.get_current_stream().ptr
             net = self.net
             kern = None
-            if net.fused_size and net.fusable(remote_sends, remote_recvs) and not net.driver.capturing(stream):
+            if net.fused_size and net.fusable(remote_sends, remote_recvs):
                 kern = self._fused_kernel(remote_recvs)
             if kern is not None:  # the kernel is loaded before the engine is handed anything
-                net.step_fused(stream, remote_sends[0] if remote_sends else None,
-                               remote_recvs[0] if remote_recvs else None, self.label,
-                               lambda ss, rs, tv: self._fused(stream, kern, ss, rs, tv, remote_sends, remote_recvs))
+                run = net.capture_fused if net.driver.capturing(stream) else net.step_fused
+                run(stream, remote_sends[0] if remote_sends else None, remote_recvs[0] if remote_recvs else None,
+                    self.label, lambda ss, rs, tv, words, captured=False: self._fused(
+                        stream, kern, ss, rs, tv, words, captured, remote_sends, remote_recvs))
             else:
                 net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
         if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
@@ -519,10 +545,11 @@ class StagedPrimitives(Primitives):
         dt = DTYPE_IDS["uint8"]
         return self.mem._kernel(f"hp_net_step<{dt}, 5>", dt), recvs[0][1] if recvs else 0
 
-    def _fused(self, stream: int, kern: tuple, send_stage: int, recv_stage: int, tokval: int, sends: list,
-               recvs: list) -> tuple:
+    def _fused(self, stream: int, kern: tuple, send_stage: int, recv_stage: int, tokval: int, words: int,
+               captured: bool, sends: list, recvs: list) -> tuple:
         """Launch the fused step's kernel (hp_net_step, cuda/hpccl_kernels.cu) on ``stream``: stage the send,
-        write the token, wait for the done word, combine the receive; (func, grid, block, args) back."""
+        write the token (or, captured, clear the done word and set the arm word), wait for the done word,
+        combine the receive; (func, grid, block, args) back."""
         from .kernels import Launch
         func, count = kern
         ns = sends[0][2] if sends else 0
@@ -530,8 +557,8 @@ class StagedPrimitives(Primitives):
         if recvs:
             _p, _nr, buf, _op, src = recvs[0]
             out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
-        vals = (sends[0][1] if sends else 0, send_stage, ns | (count << 32), recv_stage, x, out,
-                self.net.ready_d, tokval)
+        vals = (sends[0][1] if sends else 0, send_stage, ns | (count << 32) | (int(captured) << 63), recv_stage, x,
+                out, words, tokval)
         args = [ctypes.c_uint64(v) for v in vals]
         rc = Launch(self.net.driver, func, 1, 256, args)(stream)
         if rc:

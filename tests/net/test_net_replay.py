@@ -103,6 +103,17 @@ class Gpu:
         self.q.put(wait)
         return 0
 
+    def host_alloc(self, n: int) -> int:
+        b = ctypes.create_string_buffer(n)
+        self.__dict__.setdefault("_held", []).append(b)
+        return ctypes.addressof(b)
+
+    def host_device_pointer(self, h: int) -> int:
+        return h
+
+    def mem_free_host(self, p) -> int:
+        return 0
+
     def add(self, dst: int, a: int, b: int, n: int) -> None:
         self.calls["launch"] += 1
 
@@ -117,8 +128,10 @@ class Gpu:
         self.calls["launch"] += 1
 
         def run():
-            ns, count = sizes & 0xFFFFFFFF, sizes >> 32
+            ns, count = sizes & 0xFFFFFFFF, (sizes >> 32) & 0x7FFFFFFF
             ctypes.memmove(stage, send, ns)
+            if sizes >> 63:  # captured: the replay clears the done word before arming
+                ctypes.c_uint32.from_address(words + 4).value = 0
             ctypes.c_uint32.from_address(words).value = tokval & 0xFFFFFFFF
             end = time.monotonic() + 15
             while not _reached(words + 4, tokval >> 32):
@@ -174,7 +187,8 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n.dones = [(n.ready_h + 4 + 4 * j,) * 2 for j in range(len(engs))]
     n.done_h = n.done_d = n.dones[0][0]
     n._join_ev = 0
-    n.steps = n.fused = 0
+    n.steps = n.fused = n.captured = 0
+    n._graph, n._gwords, n._gword_next = [], None, netstep._WORDS
     n.fused_size = 16 << 10
     area = Area(1 << 20)
     n._stage = area
@@ -336,8 +350,9 @@ def test_fused_steps_replay_with_their_token_and_done_value_patched(pair):
         send, recv = (1 - r, x.ctypes.data, x.nbytes), (1 - r, x.nbytes, y, "sum", x)
         assert net.fusable([send], [recv])
 
-        def launch(ss, rs, tv):
-            vals = (x.ctypes.data, ss, x.nbytes | (count << 32), rs, x.ctypes.data, y.ctypes.data, net.ready_d, tv)
+        def launch(ss, rs, tv, words):
+            assert words == net.ready_d
+            vals = (x.ctypes.data, ss, x.nbytes | (count << 32), rs, x.ctypes.data, y.ctypes.data, words, tv)
             g.fused(*vals)
             return FUSED, 1, 256, vals
         net.step_fused(1, send, recv, label, launch)
@@ -363,4 +378,45 @@ def test_fused_steps_replay_with_their_token_and_done_value_patched(pair):
         assert n.st.tok == n.st.val[0] == 40 and g.calls["post_words"] == 0
     assert not nets[0].fusable([(1, 0, 4)] * 2, [])  # two sends
     assert not nets[0].fusable([(1, 0, (16 << 10) + 1)], [])  # above HPCCL_NET_FUSED_SIZE
+    assert ea.error() is None and eb.error() is None
+
+
+def test_captured_fused_steps_arm_their_template_at_every_replay(pair):
+    """A small step captured in a graph (StagedNet.capture_fused): the kernel clears the template's done
+    word, sets its arm word once the send is staged and waits; the engines post the template at each of
+    20 replays (the stand-in replays the captured kernel), every result checked."""
+    (ea, eb), gpus = pair
+    nets = [_net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
+    count = 64
+    xs = [np.zeros(count, np.float32) for _ in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    graphs = []
+    for r in range(2):
+        net, x, y = nets[r], xs[r], ys[r]
+        send, recv = (1 - r, x.ctypes.data, x.nbytes), (1 - r, x.nbytes, y, "sum", x)
+        args = []
+
+        def launch(ss, rs, tv, words, captured=False, x=x, y=y, args=args):
+            assert captured and tv == 1 | (1 << 32)
+            args[:] = [x.ctypes.data, ss, x.nbytes | (count << 32) | (1 << 63), rs, x.ctypes.data, y.ctypes.data,
+                       words, tv]
+        net.capture_fused(1, send, recv, "all_reduce #1", launch)
+        graphs.append(args)
+    wrong: list = []
+    for i in range(20):
+        for r in range(2):
+            g = gpus[r]
+            g.q.put(lambda x=xs[r], v=(r + 1) * (i + 1): x.fill(v))
+            g.fused(*graphs[r])
+            g.q.put(lambda y=ys[r], i=i: None if np.all(y == 3 * (i + 1)) else wrong.append((i, float(y[0]))))
+    for g in gpus:
+        g.drain()
+        assert not g.failed, g.failed
+    assert wrong == []
+    assert all(n.captured == 1 and n.fused == 1 and n.st.tok == 0 for n in nets)
+    for n in nets:
+        for t in n._graph:
+            if hasattr(t, "retire"):
+                assert t.state()[1] == 20
+                t.retire()
     assert ea.error() is None and eb.error() is None
