@@ -386,10 +386,7 @@ class Communicator:
                 if key is not None:
                     t0 = _perf()
                     if eng.fire(key):
-                        ks = key[1]
-                        self._rec.stats.add(coll, CUDA, self._planner.replays.get(key, ""),
-                                            ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
-                                            _perf() - t0)
+                        self._fired(coll, key, self._planner.replays.get(key, ""), t0)
                         return FIRED
             elif (self._dev.replays is not None and self._group is None and not self._check_calls
                   and not self._observed and not self._destroyed and not self._aborted):
@@ -397,14 +394,18 @@ class Communicator:
                 if key is not None:
                     t0 = _perf()
                     if self._net_fire(coll, key):
-                        ks = key[1]
-                        self._rec.stats.add(coll, CUDA, "replayed",
-                                            ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
-                                            _perf() - t0)
+                        self._fired(coll, key, "replayed", t0)
                         return FIRED
         if self._destroyed or self._aborted:
             self._alive(coll)
         return key
+
+    def _fired(self, coll: str, key: tuple, algo: str, t0: float) -> None:
+        """Count a call enqueued from its snapshot or recording (key[1]: the send buffer's address, count,
+        dtype) in the statistics, as the validating path counts it."""
+        ks = key[1]
+        self._rec.stats.add(coll, CUDA, algo, ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
+                            _perf() - t0)
 
     def _net_fire(self, coll: str, key: tuple) -> bool:
         """Enqueue a repeated GPU call across nodes from its recording (hpccl/netreplay.py); False when
