@@ -1,4 +1,4 @@
-/* Copies that do not depend on where the buffers lie (hpccl/_hotpath.c).
+/* Copies that do not depend on where the buffers lie (hpccl/_hotcore.c).
 
    On CPUs with fast "rep movsb", which glibc's memcpy uses from a few KiB to about 512 KiB and the kernel
    uses for every process_vm_readv/writev, a copy whose destination lies 1 to 32 bytes (mod 4096) after
@@ -6,7 +6,7 @@
    KVM: 37 us against 1.7 for 64 KiB; glibc bug 30994, fixed in glibc 2.39 for memcpy only;
    bench/placement/). Two buffers malloc'd back to back land exactly there (16 bytes of chunk header).
    hp_copy takes a vector loop for such pairs and memcpy for the rest; the reads between processes bounce
-   through a buffer placed at the source's offset (_hotpath.c, cma_read). */
+   through a buffer placed at the source's offset (_hotcore.c, cma_read). */
 #ifndef HPCCL_COPY_H
 #define HPCCL_COPY_H
 

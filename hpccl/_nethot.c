@@ -1,5 +1,5 @@
 /* The compiled path of small host collectives across nodes (one rank per node, every peer behind the
-   network engine): the same job as _hotpath.c on a node, over the engine's tagged messages.
+   network engine): the same job as _hotcore.c on a node, over the engine's tagged messages.
 
    Python costs tens of microseconds per call in validation, scheduling, one Op per message and the
    waiter's polling, more than a small message's trip over the wire. Here one C call checks the buffers,
@@ -16,7 +16,7 @@
 
    The Python type NetHot; it hands its rounds to the engine (_netcore.h) as batches of its own. */
 #include "_netpy.h"
-#include "_reduce.h"
+#include "_dtype.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,30 +1,14 @@
-/* Reductions on host memory shared by hpccl's compiled paths (_hotpath.c on a node, _nethot.c across
-   nodes): the dtype of a buffer, d = d op s[1] op s[2] ... in rank order, and avg's final division. Integers
-   wrap like numpy's, min/max let NaN win like numpy's, so the compiled and the Python paths agree bitwise. */
+/* Reductions on host memory shared by hpccl's compiled paths (_hotcore.c on a node, _nethot.c across
+   nodes): d = d op s[1] op s[2] ... in rank order, and avg's final division. Integers wrap like numpy's,
+   min/max let NaN win like numpy's, so the compiled and the Python paths agree bitwise. Plain C, no Python:
+   a buffer's dtype code is read by _dtype.h, on the bindings' side. */
 #ifndef HPCCL_REDUCE_H
 #define HPCCL_REDUCE_H
-#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
 
 enum { OP_SUM, OP_PROD, OP_MIN, OP_MAX, OP_AVG };
 enum { T_I8, T_U8, T_I32, T_U32, T_I64, T_U64, T_F32, T_F64 };
-
-/* dtype code of a buffer's format, or -1 (bfloat16, float16, bool, ... go through Python) */
-static inline int dtype_of(const Py_buffer *b) {
-  const char *f = b->format ? b->format : "B";
-  if (*f == '@' || *f == '=' || *f == '<') f++;
-  if (f[0] == 0 || f[1] != 0) return -1;
-  switch (f[0]) {
-    case 'b': return b->itemsize == 1 ? T_I8 : -1;
-    case 'B': return b->itemsize == 1 ? T_U8 : -1;
-    case 'i': case 'l': case 'q':
-      return b->itemsize == 4 ? T_I32 : b->itemsize == 8 ? T_I64 : -1;
-    case 'I': case 'L': case 'Q':
-      return b->itemsize == 4 ? T_U32 : b->itemsize == 8 ? T_U64 : -1;
-    case 'f': return b->itemsize == 4 ? T_F32 : -1;
-    case 'd': return b->itemsize == 8 ? T_F64 : -1;
-    default: return -1;
-  }
-}
 
 /* ---- reductions: d = s[0] op s[1] op ... in rank order; integers wrap like numpy's ---- */
 #define RED_T(T, EXPR)                                                              \
@@ -32,7 +16,7 @@ static inline int dtype_of(const Py_buffer *b) {
     T *d = (T *)dst;                                                                \
     for (int r = 1; r < n; r++) {                                                   \
       const T *s = (const T *)src[r];                                               \
-      for (Py_ssize_t i = 0; i < cnt; i++) { T a = d[i], b = s[i]; d[i] = (EXPR); } \
+      for (ptrdiff_t i = 0; i < cnt; i++) { T a = d[i], b = s[i]; d[i] = (EXPR); }  \
     }                                                                               \
   }
 #define RED_OPS(T, TU)                                                           \
@@ -50,7 +34,7 @@ static inline int dtype_of(const Py_buffer *b) {
     case OP_MAX: RED_T(T, (a > b || a != a) ? a : b) break;                            \
   }
 
-static inline void reduce_block(char *dst, char *const *src, int n, Py_ssize_t cnt, int dt, int op) {
+static inline void reduce_block(char *dst, char *const *src, int n, ptrdiff_t cnt, int dt, int op) {
   switch (dt) {
     case T_I8: RED_OPS(int8_t, uint8_t) break;
     case T_U8: RED_OPS(uint8_t, uint8_t) break;
@@ -63,13 +47,13 @@ static inline void reduce_block(char *dst, char *const *src, int n, Py_ssize_t c
   }
 }
 
-static inline void avg_scale(char *buf, Py_ssize_t cnt, int dt, int n) {
+static inline void avg_scale(char *buf, ptrdiff_t cnt, int dt, int n) {
   if (dt == T_F32) {
     float *d = (float *)buf, k = (float)n;
-    for (Py_ssize_t i = 0; i < cnt; i++) d[i] = d[i] / k;
+    for (ptrdiff_t i = 0; i < cnt; i++) d[i] = d[i] / k;
   } else if (dt == T_F64) {
     double *d = (double *)buf, k = (double)n;
-    for (Py_ssize_t i = 0; i < cnt; i++) d[i] = d[i] / k;
+    for (ptrdiff_t i = 0; i < cnt; i++) d[i] = d[i] / k;
   }
 }
 

@@ -71,7 +71,7 @@ _param("HPCCL_SINGLE_COPY", True, _bool,
        "when every rank of a one-node communicator can; 0 keeps to shared-memory copies.")
 _param("HPCCL_HOT_SIZE", 1 << 20, _size,
        "Bytes per rank up to which host collectives on one node take the compiled hot path "
-       "(hpccl/_hotpath.c: one C call, one copy in, the result read from every rank's slot; past it, calls "
+       "(hpccl._hotpath: one C call, one copy in, the result read from every rank's slot; past it, calls "
        "that go direct, HPCCL_HOT_DIRECT_SIZE); 0 turns it off. "
        "Each rank's shared-memory segment holds two slots of this size.")
 _param("HPCCL_HOT_REDUCE_SIZE", 256 << 10, _size,

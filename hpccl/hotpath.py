@@ -1,4 +1,4 @@
-"""The compiled hot paths for host collectives: hpccl/_hotpath.c among the ranks of one node (small calls
+"""The compiled hot paths for host collectives: hpccl._hotpath among the ranks of one node (small calls
 through shared-memory slots, large ones directly between the processes: HPCCL_HOT_DIRECT_SIZE), and
 hpccl/_nethot.c (in the network engine's extension) across nodes when every rank is its own node.
 

@@ -72,7 +72,7 @@ class Recorder:
 
     def end(self, rec: list, state: str) -> None:
         rec[_END], rec[_STATE] = time.time(), state
-        if rec[_ALGO] != "hot":  # the hot path counts its calls itself (hpccl/_hotpath.c)
+        if rec[_ALGO] != "hot":  # the hot path counts its calls itself (hpccl/_hotcore.c)
             self.stats.add(rec[_COLL], rec[_KIND], rec[_ALGO], rec[_BYTES], rec[_END] - rec[_START])
         if self.trace is not None:
             self.trace.call(rec[_COLL], rec[_SEQ], rec[_BYTES], rec[_KIND], rec[_ALGO], rec[_START], rec[_END],

@@ -1,8 +1,8 @@
 """hpccl's native network engine (the hpccl._netengine extension, from setup.py's NET_SOURCES) built with
 ThreadSanitizer and AddressSanitizer and driven from several threads (tests/scripts/engine_drive.py): no
 race, no memory error. UCX's own malloc and mmap hooks are turned off (UCX_MEM_EVENTS=no): they fight the
-sanitizers' interceptors. The node's hot path (hpccl/_hotpath.c: no threads of its own) under
-AddressSanitizer across 2 ranks."""
+sanitizers' interceptors. The node's hot path (the hpccl._hotpath extension, from setup.py's HOT_SOURCES: no
+threads of its own) under AddressSanitizer across 2 ranks."""
 from __future__ import annotations
 
 import ast
@@ -18,13 +18,13 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _net_sources() -> list[Path]:
-    """The engine extension's C sources, as setup.py lists them (NET_SOURCES)."""
+def _sources(name: str) -> list[Path]:
+    """An extension's C sources, as setup.py lists them (NET_SOURCES: the engine; HOT_SOURCES: the hot path)."""
     tree = ast.parse((ROOT / "setup.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "NET_SOURCES" for t in node.targets):
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
             return [ROOT / s for s in ast.literal_eval(node.value)]
-    raise AssertionError("setup.py has no NET_SOURCES list")
+    raise AssertionError(f"setup.py has no {name} list")
 
 
 SAN = {"thread": ("libtsan.so", "ThreadSanitizer", {"TSAN_OPTIONS": "halt_on_error=0 report_signal_unsafe=0"}),
@@ -56,7 +56,7 @@ def test_engine_under_sanitizer(kind, tmp_path):
     build = subprocess.run([cc, f"-fsanitize={kind}", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c11",
                             "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-isystem",
                             str(ucx / "include"), f"-I{sysconfig.get_paths()['include']}",
-                            *map(str, _net_sources()), f"-L{ucx / 'lib'}", "-lucp", "-lucs",
+                            *map(str, _sources("NET_SOURCES")), f"-L{ucx / 'lib'}", "-lucp", "-lucs",
                             "-o", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     env = dict(os.environ, LD_PRELOAD=runtime, UCX_MEM_EVENTS="no", UCX_WARN_UNUSED_ENV_VARS="n", **opts)
@@ -68,10 +68,10 @@ def test_engine_under_sanitizer(kind, tmp_path):
 
 
 def test_hotpath_under_address_sanitizer(tmp_path):
-    """The compiled hot path (hpccl/_hotpath.c: shared-memory slots, and the direct calls that read and
-    write peers' memory through process_vm_readv/writev or through alloc_host's mappings, scratch copies of
-    overlapping inputs, chunked reductions) built with AddressSanitizer and run as the 2-rank hot-path and
-    alloc_host suites: no memory error."""
+    """The compiled hot path (its core hpccl/_hotcore.c and its type hpccl/_hotpath.c: shared-memory slots, and
+    the direct calls that read and write peers' memory through process_vm_readv/writev or through alloc_host's
+    mappings, scratch copies of overlapping inputs, chunked reductions) built with AddressSanitizer and run as
+    the 2-rank hot-path and alloc_host suites: no memory error."""
     from mpirun import run_pytest_mpi
     cc = shutil.which("gcc")
     if cc is None:
@@ -84,8 +84,8 @@ def test_hotpath_under_address_sanitizer(tmp_path):
     shutil.copytree(ROOT / "hpccl", pkg, ignore=shutil.ignore_patterns("_hotpath*.so", "__pycache__"))
     out = pkg / ("_hotpath" + sysconfig.get_config_var("EXT_SUFFIX"))
     build = subprocess.run([cc, "-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c11", "-Wall",
-                            "-Werror", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
-                            str(ROOT / "hpccl" / "_hotpath.c"), "-o", str(out)], capture_output=True, text=True)
+                            "-Wextra", "-Werror", "-shared", "-fPIC", f"-I{sysconfig.get_paths()['include']}",
+                            *map(str, _sources("HOT_SOURCES")), "-o", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     log = tmp_path / "asan"
     env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "LD_PRELOAD": runtime,

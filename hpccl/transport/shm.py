@@ -37,7 +37,7 @@ _I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names 
 # engine): a kernel's own timeout sets it, and any local rank's abort sets every rank's, so kernels spinning
 # on a peer that failed exit within microseconds instead of at HPCCL_TIMEOUT
 _I_GPUERR = 48
-_I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotpath.c)
+_I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotcore.c)
 # the hot path's direct calls: this rank's input address for the call (the next word: a direct all_reduce's
 # output), and its "done" word (8 words on: a direct all_reduce's second done word)
 _I_HOTADDR, _I_HOTDONE = 64, 72

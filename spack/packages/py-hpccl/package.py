@@ -33,7 +33,7 @@ class PyHpccl(PythonPackage, CudaPackage):
     # match what CuPy (and UCX) are built for; like py-cupy, a +cuda build must name one.
     conflicts("+cuda cuda_arch=none", msg="+cuda needs cuda_arch, e.g. cuda_arch=90 for H100/H200")
 
-    # the compiled hot path (hpccl/_hotpath.c, a CPython extension) needs a C compiler at build time
+    # the compiled hot path (hpccl._hotpath, a CPython extension in C) needs a C compiler at build time
     if LANGUAGE_VIRTUALS:
         depends_on("c", type="build")
     depends_on("python@3.10:", type=("build", "run"))
