@@ -12,7 +12,7 @@ import mpirun
 QUICK = (
     # front end, planner, configuration, errors
     "tests/test_units.py", "tests/test_frontend_units.py", "tests/test_planner.py",
-    "tests/test_platform_guard.py",
+    "tests/test_platform_guard.py", "tests/test_imports.py",
     # the node's host path: shared memory and the compiled hot path, under mpiexec
     "tests/test_multirank.py::test_suite[collectives-default-buffers-2]",
     "tests/test_multirank.py::test_suite[hotpath-2]",
