@@ -1,7 +1,8 @@
 """Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
 (tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
 armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
-threads (NetProgram), abort, control messages, close.
+threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token), abort, control
+messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
 """
@@ -148,8 +149,20 @@ def _capt(s, st):
     return 0
 
 
+FUSED = 0xF05ED  # a fused step's kernel (hp_net_step): writes the token, waits for the done word
+
+
+def _launch(func, gx, gy, gz, bx, by, bz, shmem, s, params, extra):
+    if func != FUSED:
+        return 0
+    p = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+    words, tokval = (ctypes.c_uint64.from_address(p[i]).value for i in (6, 7))
+    ctypes.c_uint32.from_address(words).value = tokval & 0xFFFFFFFF
+    return _spin(s, words + 4, tokval >> 32, 0)
+
+
 cbs = (DTOH(lambda h, d, n, s: 0), HTOD(lambda d, h, n, s: 0), DTOD(lambda d, sr, n, s: 0), VALUE(_store), VALUE(_spin),
-       LAUNCH(lambda *a: 0), CAPT(_capt), REC(lambda ev, s: 0), WEV(lambda s, ev, f: 0))
+       LAUNCH(_launch), CAPT(_capt), REC(lambda ev, s: 0), WEV(lambda s, ev, f: 0))
 fns = tuple(ctypes.cast(c, ctypes.c_void_p).value for c in cbs)
 state = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # netstep.NetState's layout: tok, pad, stream(2), join, pad, vals
 pw = [(ctypes.c_uint32 * 4)() for _ in range(2)]      # ready word, done word
@@ -160,10 +173,13 @@ dst = [np.zeros(1 << 16, np.uint8) for _ in range(2)]
 progs = []
 for r, eng in enumerate((a, b)):
     rw, dw = ctypes.addressof(pw[r]), ctypes.addressof(pw[r]) + 4
-    acts = [(0, dst[r].ctypes.data, src[r].ctypes.data, 16), (6, 0), (3, 2, 0), (4, 0)]
     msgs = [(ne.SEND, 1 - r, src[r].ctypes.data, src[r].nbytes), (ne.RECV, 1 - r, dst[r].ctypes.data, dst[r].nbytes)]
-    progs.append(eng.program(acts, msgs, fns, (rw, rw), ((eng, dw, dw),), ctypes.addressof(state[r]), 0,
-                             10.0, 0, None))
+    # odd ranks' programs are fused steps: the kernel writes the token (A_KTOKEN) and the replay patches
+    # its last argument (A_KLAUNCH); both kinds interleave on one counter with the same messages
+    plain = [(0, dst[r].ctypes.data, src[r].ctypes.data, 16), (6, 0), (3, 2, 0), (4, 0)]
+    fused = [(7, 0), (3, 2, 0), (8, FUSED, 1, 256, (0, 0, 0, 0, 0, 0, rw, 0), 0)]
+    progs.append(eng.program(fused if r else plain, msgs, fns, (rw, rw), ((eng, dw, dw),),
+                             ctypes.addressof(state[r]), 0, 10.0, 0, None))
 ran = [0, 0]
 
 
