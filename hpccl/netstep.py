@@ -271,8 +271,14 @@ class StagedNet:
         contiguous receive buffer (and source)."""
         lim = self.fused_size
         return (0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
-                and all(n <= lim for _p, _ptr, n in sends) and all(r[1] <= lim for r in recvs)
+                and all(self._one_piece(n, lim) for _p, _ptr, n in sends)
+                and all(self._one_piece(r[1], lim) for r in recvs)
                 and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+
+    def _one_piece(self, n: int, lim: int) -> bool:
+        """n within the fused limit, and a message the other paths would send whole on lane 0 too (so a
+        peer with another limit, or none, posts the same messages)."""
+        return n <= lim and (not self.slice or len(self._pieces(n)) == 1)
 
     def step_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
                    launch: Callable[..., tuple]) -> None:

@@ -378,6 +378,8 @@ def test_fused_steps_replay_with_their_token_and_done_value_patched(pair):
         assert n.st.tok == n.st.val[0] == 40 and g.calls["post_words"] == 0
     assert not nets[0].fusable([(1, 0, 4)] * 2, [])  # two sends
     assert not nets[0].fusable([(1, 0, (16 << 10) + 1)], [])  # above HPCCL_NET_FUSED_SIZE
+    nets[0].fused_size = 1 << 20  # a limit above a slice: only what every path sends whole is fused
+    assert nets[0].fusable([(1, 0, 4096)], []) and not nets[0].fusable([(1, 0, 4097)], [])
     assert ea.error() is None and eb.error() is None
 
 
