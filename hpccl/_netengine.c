@@ -189,6 +189,7 @@ static int Engine_init(Engine *self, PyObject *args, PyObject *kw) {
   static char *kws[] = {"rank", "size", "config", NULL};
   int rank, size;
   PyObject *cfg = NULL;
+  self->core.wake = self->core.efd = -1;  /* an engine refused below must not close fd 0 when it is freed */
   if (!PyArg_ParseTupleAndKeywords(args, kw, "ii|O!", kws, &rank, &size, &PyDict_Type, &cfg)) return -1;
   if (size < 1 || size > (1 << 23) || rank < 0 || rank >= size) {
     PyErr_SetString(PyExc_ValueError, "rank/size out of range");

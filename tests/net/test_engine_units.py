@@ -274,3 +274,25 @@ def test_a_gated_step_that_succeeds_leaves_its_gate(pair):
     words[0] = 1
     assert _until(lambda: words[1] == 1 and words[3] == 1, 5.0)
     assert words[2] == 0 and (dst == src).all()
+
+
+def test_a_refused_engine_leaves_the_process_files_alone():
+    """An Engine refused before its set-up (rank out of range, bad arguments) is freed without closing file
+    descriptor 0 (its wake-up fd was still 0, and closing it took the process's stdin)."""
+    import gc
+    import os
+    r, w = os.pipe()
+    saved = os.dup(0)
+    try:
+        os.dup2(r, 0)  # fd 0 is a pipe we own: whether it is still open after the engines go is checked
+        for bad in ((5, 2), (0, 0), ("x", 2)):
+            with pytest.raises((ValueError, TypeError)):
+                ne.Engine(*bad, {"TLS": "tcp,self"})
+        gc.collect()
+        os.fstat(0)  # raises OSError (EBADF) if an engine closed it
+        os.write(w, b"x")
+        assert os.read(0, 1) == b"x"
+    finally:
+        os.dup2(saved, 0)
+        for fd in (saved, r, w):
+            os.close(fd)
