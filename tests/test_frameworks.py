@@ -28,6 +28,17 @@ def _run(args, timeout=240):
     return [(int(s), float(x)) for s, x in losses], backend.group(1), int(backend.group(2))
 
 
+def _gloo(make_args):
+    """The gloo baseline, run again once if it failed: gloo's own teardown aborted once after the run's
+    output was complete ("terminate called without an active exception" from torch's C++ at exit, CI
+    2026-12-04), which is not what these tests check. hpccl's runs are never run again."""
+    try:
+        return _run(make_args())
+    except AssertionError as exc:
+        print(f"the gloo baseline failed, run once more: {str(exc)[-400:]}", flush=True)
+        return _run(make_args())
+
+
 def _torchrun():
     import socket
     with socket.socket() as s:
@@ -38,8 +49,8 @@ def _torchrun():
 
 def test_lightning_ddp_on_hpccl_equals_gloo():
     pytest.importorskip("lightning", reason="lightning is not installed (scripts/setup.sh installs it)")
-    got = {b: _run([sys.executable, "examples/lightning_ddp.py", "--devices", "2", "--backend", b])
-           for b in ("hpccl", "gloo")}
+    args = lambda b: [sys.executable, "examples/lightning_ddp.py", "--devices", "2", "--backend", b]  # noqa: E731
+    got = {"hpccl": _run(args("hpccl")), "gloo": _gloo(lambda: args("gloo"))}
     (h, hb, hw), (g, gb, gw) = got["hpccl"], got["gloo"]
     assert (hb, hw, gb, gw) == ("hpccl", 2, "gloo", 2)
     assert len(h) == 20 and h == g, (h, g)
@@ -47,7 +58,8 @@ def test_lightning_ddp_on_hpccl_equals_gloo():
 
 def test_accelerate_under_torchrun_on_hpccl_equals_gloo():
     pytest.importorskip("accelerate", reason="accelerate is not installed (scripts/setup.sh installs it)")
-    got = {b: _run(_torchrun() + ["examples/accelerate_train.py", "--backend", b]) for b in ("hpccl", "gloo")}
+    args = lambda b: _torchrun() + ["examples/accelerate_train.py", "--backend", b]  # noqa: E731
+    got = {"hpccl": _run(args("hpccl")), "gloo": _gloo(lambda: args("gloo"))}
     (h, hb, hw), (g, gb, gw) = got["hpccl"], got["gloo"]
     assert (hb, hw, gb, gw) == ("hpccl", 2, "gloo", 2)
     assert len(h) == 20 and h == g, (h, g)
