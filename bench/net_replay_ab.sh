@@ -6,7 +6,8 @@
 #   fail   the timeout tests at split:1 (a replayed call whose peer never comes)
 #   cost   host time per call and GPU time per call (bench/net_step_cost.py), replays on and off
 #   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), the VARIANTS (default: replays on
-#          and off) interleaved over ROUNDS rounds, every result checked
+#          and off; a variant sets one variable, or several joined by commas) interleaved over ROUNDS
+#          rounds, every result checked
 #   colls  all_gather, reduce_scatter, broadcast vs NCCL sockets, replays on
 #   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
 #   graph  graph capture: the capture test at split:2 x 4 and split:4 x 8 (hier), and bench/net_graph.py
@@ -49,8 +50,8 @@ for stage in ${STAGES:-check cost perf}; do
     for round in $(seq ${ROUNDS:-2}); do
       for v in ${VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
         echo "=== round $round, $v, all_reduce ($(date -u +%T))"
-        timeout 150 $M -x $v -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
-          --compare nccl --json "$OUT/ar_$(echo ${v#HPCCL_} | tr = _)_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
+        timeout 150 $M -x ${v//,/ -x } -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
+          --compare nccl --json "$OUT/ar_$(echo ${v#HPCCL_} | tr =, __)_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
       done
     done ;;
   colls)

@@ -24,16 +24,21 @@ s = cupy.cuda.Stream(non_blocking=True)
 rows = []
 for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
     n = max(1, nbytes // 4)
+    net = getattr(getattr(getattr(comm, "_dev", None), "prim", None), "net", None)  # the staged path, if any
+    seen = lambda: (net.steps, net.fused, net.piped) if net is not None else (0, 0, 0)  # noqa: E731
     x = cupy.ones(n, dtype=cupy.float32)
     for _ in range(3):
         comm.all_reduce(x, stream=s)
     s.synchronize()
     host = []
+    before = seen()
     for _ in range(a.iters):
         t0 = time.perf_counter()
         comm.all_reduce(x, stream=s)
         host.append(time.perf_counter() - t0)
         s.synchronize()
+    # network steps per call enqueued through Python (replayed calls add none), fused and piped among them
+    per = [(y - x) / a.iters for x, y in zip(before, seen())]
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
     e0.record(s)
     for _ in range(a.iters):
@@ -44,11 +49,13 @@ for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
     comm.synchronize()
     ok = bool(float(x[0]) == float(comm.size) ** (3 + 2 * a.iters))  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
-           "gpu_us_per_call": gpu_us, "ok": ok}
+           "gpu_us_per_call": gpu_us, "ok": ok, "python_steps_per_call": per[0], "fused_per_call": per[1],
+           "piped_per_call": per[2]}
     rows.append(row)
     if comm.rank == 0:
         print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f})  "
-              f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}", flush=True)
+              f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}  python steps/call {per[0]:.1f} "
+              f"(fused {per[1]:.1f}, piped {per[2]:.1f})", flush=True)
 if comm.rank == 0 and a.json:
     json.dump({"ranks": comm.size, "nodes": comm.num_nodes, "rows": rows,
                "path": comm._dev.path if comm._dev is not None else None}, open(a.json, "w"), indent=1)

@@ -775,6 +775,58 @@ __global__ void __launch_bounds__(256) hp_net_step(const char* send, char* stage
     d[i] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[i]), hp_load<DT>(g[i])));
 }
 
+// One GPU network step of one message each way in pieces, as one kernel (StagedNet.step_piped): piece i of
+// k (geom: send pieces of ps bytes, receive pieces of pr, the last shorter; lanes: L | k << 32) goes on lane
+// i mod L with ready token t0 + i and done value v0 + i / L (tokval: the last token t0 + k - 1 | v0 << 32,
+// as the replay patches it). Block b walks pieces b, b + G,
+// ...: stages send piece i, writes token t0 + i once piece i - 1's token is written (the engine posts a
+// piece's batch when the ready word reaches its token, so tokens go up in piece order), waits for lane
+// i mod L's done word, then combines receive piece i. G pieces are in flight; copies, wire and combining
+// overlap by piece. The engine writes every done word even when a step fails, so no spin outlives it.
+template <int DT, int OP>
+__global__ void __launch_bounds__(512) hp_net_pipe(const char* send, char* stage, u64 sizes, const char* got,
+                                                   const char* src, char* out, u32* words, u64 geom, u64 lanes,
+                                                   u64 tokval) {
+  typedef typename Dt<DT>::T T;
+  const u64 nsend = sizes & 0xffffffffull, nrecv = sizes >> 32;  // bytes
+  const u64 ps = geom & 0xffffffffull, pr = geom >> 32, nl = lanes & 0xffffffffull, k = lanes >> 32;
+  const u32 t0 = (u32)tokval - (u32)(k - 1), v0 = (u32)(tokval >> 32);
+  for (u64 i = blockIdx.x; i < k; i += gridDim.x) {
+    if (i * ps < nsend) {
+      const u64 o = i * ps, n = nsend - o < ps ? nsend - o : ps;
+      hp_copy(stage + o, send + o, n, ((u64)(stage + o) | (u64)(send + o)) % 16 == 0);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence_system();
+      const u32 tok = t0 + (u32)i;
+      if (i) {
+        while ((int)(hp_ld_acquire(words) - (tok - 1u)) < 0) {
+        }
+      }
+      hp_st_release(words, tok);
+      const u32 val = v0 + (u32)(i / nl);
+      const u32* done = words + 1 + i % nl;
+      while ((int)(hp_ld_acquire(done) - val) < 0) {
+      }
+      __threadfence_system();
+    }
+    __syncthreads();
+    if (i * pr >= nrecv) continue;
+    const u64 o = i * pr, n = nrecv - o < pr ? nrecv - o : pr;
+    if (OP == 5) {
+      hp_copy(out + o, got + o, n, ((u64)(out + o) | (u64)(got + o)) % 16 == 0);
+      continue;
+    }
+    const T* g = (const T*)(got + o);
+    const T* x = (const T*)(src + o);
+    T* d = (T*)(out + o);
+    const u64 m = n / sizeof(T);
+    for (u64 e = threadIdx.x; e < m; e += blockDim.x)
+      d[e] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[e]), hp_load<DT>(g[e])));
+  }
+}
+
 // Holds a stream until the host writes gen (or more) into a mapped host word: the fallback when the
 // driver refuses cuStreamWaitValue32 on that memory. Times out like every other wait (error word set).
 extern "C" __global__ void hp_wait_host(const u32* word, u32 gen, u32* err, u64 timeout_ns) {
@@ -789,9 +841,13 @@ extern "C" __global__ void hp_wait_host(const u32* word, u32 gen, u32* err, u64 
   template __global__ void hp_reg_reduce<DT, OP>(RegArgs);             \
   template __global__ void hp_s_reduce<DT, OP>(SafeArgs);              \
   template __global__ void hp_reduce_local<DT, OP>(char*, const char*, const char*, u64);              \
-  template __global__ void hp_net_step<DT, OP>(const char*, char*, u64, const char*, const char*, char*, u32*, u64);
+  template __global__ void hp_net_step<DT, OP>(const char*, char*, u64, const char*, const char*, char*, u32*, u64); \
+  template __global__ void hp_net_pipe<DT, OP>(const char*, char*, u64, const char*, const char*, char*, u32*, u64, \
+                                               u64, u64);
 #define HP_INST_INT(DT) HP_INST_OP(DT, 0) HP_INST_OP(DT, 1) HP_INST_OP(DT, 2) HP_INST_OP(DT, 3) \
-  template __global__ void hp_net_step<DT, 5>(const char*, char*, u64, const char*, const char*, char*, u32*, u64);
+  template __global__ void hp_net_step<DT, 5>(const char*, char*, u64, const char*, const char*, char*, u32*, u64); \
+  template __global__ void hp_net_pipe<DT, 5>(const char*, char*, u64, const char*, const char*, char*, u32*, u64, \
+                                              u64, u64);
 #define HP_INST_FLT(DT) HP_INST_INT(DT) HP_INST_OP(DT, 4) template __global__ void hp_scale_local<DT>(char*, u64, int);
 HP_INST_INT(0)
 HP_INST_INT(1)

@@ -29,12 +29,13 @@ typedef int (*cu_capturing_t)(void *, int *);
 typedef int (*cu_record_t)(void *, void *);
 typedef int (*cu_wait_event_t)(void *, void *, unsigned);
 
-/* A_KTOKEN: the next token, written by a kernel (not the stream); A_KLAUNCH: a fused step's kernel, whose
-   last argument is this replay's token | the done value of one post << 32 */
+/* A_KTOKEN: the next token, written by a kernel (not the stream); A_KLAUNCH: a fused or piped step's kernel,
+   whose last argument is this replay's token | the done value of one post << 32; A_VSYNC: lanes [0, n) take
+   the done value furthest ahead among them (a piped step numbers its pieces from one value on every lane) */
 enum { A_DTOH = 0, A_HTOD = 1, A_DTOD = 2, A_POST = 3, A_WAIT = 4, A_LAUNCH = 5, A_TOKEN = 6, A_KTOKEN = 7,
-       A_KLAUNCH = 8 };
+       A_KLAUNCH = 8, A_VSYNC = 9 };
 enum { F_DTOH, F_HTOD, F_DTOD, F_WRITE, F_WAIT, F_LAUNCH, F_CAPTURING, F_RECORD, F_WAIT_EVENT, F_COUNT };
-#define NR_ARGS 8
+#define NR_ARGS 10
 #define NR_NO_STREAM UINT64_MAX
 #define NR_LANES 8
 
@@ -51,6 +52,7 @@ typedef struct {
   uint64_t dst, src, n;      /* copies */
   int first, nops, lane;     /* A_POST: messages [first, first + nops) of the program's list, to one lane */
   int post;                  /* A_WAIT: which post (in order) the stream waits for */
+  int nargs;                 /* A_LAUNCH, A_KLAUNCH: arguments of the kernel */
   void *func;                /* A_LAUNCH */
   unsigned grid, block;
   uint64_t args[NR_ARGS];
@@ -96,6 +98,10 @@ static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int 
     case A_TOKEN: case A_KTOKEN:
       (*tokens)++;
       return 0;
+    case A_VSYNC:
+      if (!PyArg_ParseTuple(t, "ii", &a->kind, &a->nops)) return -1;
+      if (a->nops < 1 || a->nops > p->nlanes) goto bad;
+      return 0;
     case A_POST:
       if (!PyArg_ParseTuple(t, "iii", &a->kind, &a->nops, &a->lane)) return -1;
       if (a->nops < 0 || *msg_at + a->nops > p->nmsgs || a->lane < 0 || a->lane >= p->nlanes || !*tokens) goto bad;
@@ -115,10 +121,11 @@ static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int 
       } else {
         if (!PyArg_ParseTuple(t, "iKIIO!i", &a->kind, &func, &a->grid, &a->block, &PyTuple_Type, &args, &a->post))
           return -1;
-        if (a->post < 0 || a->post >= *posts || PyTuple_GET_SIZE(args) != NR_ARGS) goto bad;
+        if (a->post < 0 || a->post >= *posts || PyTuple_GET_SIZE(args) < 1) goto bad;
       }
       Py_ssize_t na = PyTuple_GET_SIZE(args);
       if (na > NR_ARGS) goto bad;
+      a->nargs = (int)na;
       a->func = (void *)(uintptr_t)func;
       for (Py_ssize_t i = 0; i < na; i++) {
         a->args[i] = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(args, i));
@@ -278,8 +285,15 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
       case A_KTOKEN:
         tok = ++st->tok;
         break;
+      case A_VSYNC: {
+        uint32_t m = st->val[0];
+        for (int j = 1; j < a->nops; j++)
+          if ((int32_t)(st->val[j] - m) > 0) m = st->val[j];
+        for (int j = 0; j < a->nops; j++) st->val[j] = m;
+        break;
+      }
       case A_KLAUNCH:
-        a->args[NR_ARGS - 1] = (uint64_t)tok | ((uint64_t)p->vals[a->post] << 32);
+        a->args[a->nargs - 1] = (uint64_t)tok | ((uint64_t)p->vals[a->post] << 32);
         /* fall through */
       case A_LAUNCH:
         if ((rc = ((cu_launch_t)p->fn[F_LAUNCH])(a->func, a->grid, 1, 1, a->block, 1, 1, 0, s, a->params, NULL)))

@@ -94,6 +94,11 @@ _param("HPCCL_NET_FUSED_SIZE", 16 << 10, _size,
        "GPU network steps across nodes of one message each way (each at most this many bytes) run as one "
        "kernel: the send staged, the engine's token written, its done word awaited and the received data "
        "combined, where larger steps take four stream operations; 0 turns it off. Ranks may differ.")
+_param("HPCCL_NET_PIPE", 1, _bool,
+       "GPU network steps across nodes of one message each way above HPCCL_NET_FUSED_SIZE run as one kernel "
+       "walking the message's pieces (stage a piece, hand it to the engine, combine the received piece as it "
+       "lands, several pieces in flight), where otherwise each piece takes its own copies, stream operations "
+       "and kernel; 0 turns it off. Ranks may differ.")
 _param("HPCCL_NET_LANES", 0, int,
        "Lanes of GPU network steps across nodes: engines of their own (a UCP worker and a progress thread "
        "each), slice i of every message going over lane i mod L, so one peer's data moves over L connections "

@@ -95,12 +95,13 @@ def source_text() -> str:
 
 def reduce_names(dt: int) -> List[str]:
     """The templated kernels NVRTC instantiates for one dtype: every collective x op, plus the local
-    reduce and the fused small step (op 5: a copy) of the network path and, for floats, its avg scaling."""
+    reduce, the fused small step and the piped step (op 5: a copy) of the network path and, for floats, its
+    avg scaling."""
     ops = range(5) if dt in FLOAT_IDS else range(4)
     names = [f"{k}<{dt}, {op}>" for op in ops
              for k in ("hp_reduce_push", "hp_allreduce_twoshot", "hp_reg_reduce", "hp_reduce_local",
-                       "hp_s_reduce", "hp_net_step")]
-    return names + [f"hp_net_step<{dt}, 5>"] + ([f"hp_scale_local<{dt}>"] if dt in FLOAT_IDS else [])
+                       "hp_s_reduce", "hp_net_step", "hp_net_pipe")]
+    return names + [f"hp_net_step<{dt}, 5>", f"hp_net_pipe<{dt}, 5>"] + ([f"hp_scale_local<{dt}>"] if dt in FLOAT_IDS else [])
 
 
 class Kernels:

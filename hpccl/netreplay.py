@@ -78,20 +78,26 @@ class Recording:
             else:
                 self.acts.append((4, k))
 
+    def sync(self, lanes: int, stream: int) -> None:
+        """Lanes [0, lanes) take the done value furthest ahead among them (a piped step's pieces are numbered
+        from one value on every lane)."""
+        if self._on(stream):
+            self.acts.append((9, lanes))
+
     def fused(self, func: int, grid: int, block: int, args: tuple, lane: int, val: int, stream: int) -> None:
-        """A fused step's kernel: its last argument is patched at each replay with the token and the done
-        value of the post (lane, val) it waits for."""
+        """A fused or piped step's kernel: its last argument is patched at each replay with the latest token
+        and the done value of the post (lane, val) it waits for first."""
         if self._on(stream):
             k = self._posts.get((lane, val))
-            if k is None or len(args) != 8:
+            if k is None or len(args) not in (8, 10):
                 self.refuse("a fused step without its post")
             else:
                 self.acts.append((8, func, grid, block, tuple(int(a) & 0xFFFFFFFFFFFFFFFF for a in args), k))
 
     def launch(self, func: int, grid: int, block: int, args: tuple, stream: int) -> None:
         if self._on(stream):
-            if len(args) > 8:
-                self.refuse("a kernel with more than 8 arguments")
+            if len(args) > 10:
+                self.refuse("a kernel with more than 10 arguments")
             else:
                 self.acts.append((5, func, grid, block, tuple(int(a) & 0xFFFFFFFFFFFFFFFF for a in args)))
 

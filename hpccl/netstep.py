@@ -50,6 +50,7 @@ NO_STREAM = (1 << 64) - 1
 
 
 MAX_LANES = 8
+PIPE_BLOCKS = 8  # pieces a piped step's kernel has in flight (a block each)
 MIN_PIECE = 64 << 10  # smallest piece a message is cut into to fill its lanes (each piece is a UCX message)
 
 
@@ -120,6 +121,8 @@ class StagedNet:
         self.captured = 0
         self.fused = 0  # steps run as one kernel (step_fused)
         self.fused_size = int(config.get("HPCCL_NET_FUSED_SIZE"))
+        self.piped = 0  # steps run as one kernel walking their pieces (step_piped)
+        self.pipe = bool(config.get("HPCCL_NET_PIPE"))
         sl = int(config.get("HPCCL_NET_SLICE"))
         self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
 
@@ -279,6 +282,64 @@ class StagedNet:
         """n within the fused limit, and a message the other paths would send whole on lane 0 too (so a
         peer with another limit, or none, posts the same messages)."""
         return n <= lim and (not self.slice or len(self._pieces(n)) == 1)
+
+    def pipeable(self, sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
+        """Whether one exchange can run as one piped kernel (step_piped): HPCCL_NET_PIPE on, not under
+        capture (the caller checks), at most one message each way, a contiguous receive buffer (and
+        source)."""
+        return (self.pipe and 0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
+                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+
+    def step_piped(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
+                   launch: Callable[..., tuple]) -> None:
+        """One exchange of one message each way as one kernel walking its pieces (hp_net_pipe): piece i goes
+        on lane i mod L as a batch of its own, gated on token t0 + i, which the kernel writes once piece i is
+        staged, and the kernel combines piece i once lane i mod L's done word reaches v0 + i / L. The pieces
+        and lanes are those of the other paths (a peer that takes another path posts the same messages).
+        ``launch(send_stage, recv_stage, geom, lanes, tokval, words)`` enqueues the kernel and returns
+        (func, grid, block, args) for the recording."""
+        ns = send[2] if send is not None else 0
+        nr = recv[1] if recv is not None else 0
+        area = self.staging(_align(ns) + _align(nr))
+        sp = self._cut(ns) if send is not None else []
+        rp = self._cut(nr) if recv is not None else []
+        k, nl = max(len(sp), len(rp)), len(self.engs)
+        s = ctypes.c_void_p(stream)
+        self._sync_vals(min(k, nl), stream)
+        first = None
+        for i in range(k):
+            ops = []
+            if i < len(sp):
+                ops.append((i % nl, (0, send[0], area.host + sp[i][0], sp[i][1])))
+            if i < len(rp):
+                ops.append((i % nl, (1, recv[0], area.host + _align(ns) + rp[i][0], rp[i][1])))
+            posted = self._post(s, ops, label, by_kernel=True)
+            first = first or posted[0]
+        lane, val = first
+        geom = (sp[0][1] if len(sp) > 1 else max(ns, 1)) | (rp[0][1] if len(rp) > 1 else max(nr, 1)) << 32
+        func, grid, block, args = launch(area.dev, area.dev + _align(ns), geom, nl | k << 32,
+                                         self.st.tok | (val << 32), self.ready_d)
+        if self.rec is not None:
+            self.rec.fused(func, grid, block, args, lane, val, stream)
+        self.steps += 1
+        self.piped += 1
+
+    def _sync_vals(self, n: int, stream: int) -> None:
+        """Lanes [0, n) take the done value furthest ahead among them, so a piped step's piece i waits for
+        v0 + i / L on lane i mod L (a lane's done word only goes up, in post order)."""
+        v = self.st.val
+        m = v[0]
+        for j in range(1, n):
+            if 0 < ((v[j] - m) & 0xFFFFFFFF) < (1 << 31):
+                m = v[j]
+        for j in range(n):
+            v[j] = m
+        if self.rec is not None:
+            self.rec.sync(n, stream)
+
+    def _cut(self, n: int) -> List[tuple]:
+        """An eager message's pieces: _pieces, or the whole message when HPCCL_NET_SLICE is 0."""
+        return self._pieces(n) if self.slice else [(0, n)]
 
     def step_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
                    launch: Callable[..., tuple]) -> None:
@@ -519,11 +580,16 @@ class StagedPrimitives(Primitives):
             kern = None
             if net.fused_size and net.fusable(remote_sends, remote_recvs):
                 kern = self._fused_kernel(remote_recvs)
+            one_send = remote_sends[0] if remote_sends else None
+            one_recv = remote_recvs[0] if remote_recvs else None
             if kern is not None:  # the kernel is loaded before the engine is handed anything
                 run = net.capture_fused if net.driver.capturing(stream) else net.step_fused
-                run(stream, remote_sends[0] if remote_sends else None, remote_recvs[0] if remote_recvs else None,
-                    self.label, lambda ss, rs, tv, words, captured=False: self._fused(
-                        stream, kern, ss, rs, tv, words, captured, remote_sends, remote_recvs))
+                run(stream, one_send, one_recv, self.label, lambda ss, rs, tv, words, captured=False: self._fused(
+                    stream, kern, ss, rs, tv, words, captured, remote_sends, remote_recvs))
+            elif net.pipeable(remote_sends, remote_recvs) and not net.driver.capturing(stream) \
+                    and (pipe := self._fused_kernel(remote_recvs, "hp_net_pipe")) is not None:
+                net.step_piped(stream, one_send, one_recv, self.label, lambda ss, rs, geom, lanes, tv, words: self._piped(
+                    stream, pipe[0], ss, rs, geom, lanes, tv, words, one_send, one_recv))
             else:
                 net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
         if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
@@ -537,9 +603,10 @@ class StagedPrimitives(Primitives):
             self.net.rec.keep.append(self._scratch[slot])
         return out
 
-    def _fused_kernel(self, recvs: list) -> Optional[tuple]:
-        """(function, elements) of the fused step's kernel for this receive: hp_net_step<dtype, op>, or a
-        byte copy (op 5 over uint8) when nothing is combined; None for a dtype it has no reduction for."""
+    def _fused_kernel(self, recvs: list, name: str = "hp_net_step") -> Optional[tuple]:
+        """(function, elements) of the fused (or piped: ``name``) step's kernel for this receive:
+        name<dtype, op>, or a byte copy (op 5 over uint8) when nothing is combined; None for a dtype it has
+        no reduction for."""
         from .kernels import DTYPE_IDS, OP_IDS
         from .ops import dtype_name
         if recvs and recvs[0][3] is not None:
@@ -547,9 +614,9 @@ class StagedPrimitives(Primitives):
             dt = DTYPE_IDS.get(dtype_name(self.mem.dtype(buf)))
             if dt is None or op.value not in OP_IDS:
                 return None
-            return self.mem._kernel(f"hp_net_step<{dt}, {OP_IDS[op.value]}>", dt), buf.size
+            return self.mem._kernel(f"{name}<{dt}, {OP_IDS[op.value]}>", dt), buf.size
         dt = DTYPE_IDS["uint8"]
-        return self.mem._kernel(f"hp_net_step<{dt}, 5>", dt), recvs[0][1] if recvs else 0
+        return self.mem._kernel(f"{name}<{dt}, 5>", dt), recvs[0][1] if recvs else 0
 
     def _fused(self, stream: int, kern: tuple, send_stage: int, recv_stage: int, tokval: int, words: int,
                captured: bool, sends: list, recvs: list) -> tuple:
@@ -570,6 +637,25 @@ class StagedPrimitives(Primitives):
         if rc:
             raise self.net._cuda("cuLaunchKernel", rc)
         return func, 1, 256, vals
+
+    def _piped(self, stream: int, func: int, send_stage: int, recv_stage: int, geom: int, lanes: int,
+               tokval: int, words: int, send: Optional[tuple], recv: Optional[tuple]) -> tuple:
+        """Launch the piped step's kernel (hp_net_pipe, cuda/hpccl_kernels.cu) on ``stream``: a block per
+        piece in flight (at most PIPE_BLOCKS); (func, grid, block, args) back."""
+        from .kernels import Launch
+        out = x = 0
+        if recv is not None:
+            _p, _nr, buf, _op, src = recv
+            out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
+        ns = send[2] if send is not None else 0
+        nr = recv[1] if recv is not None else 0
+        vals = (send[1] if send is not None else 0, send_stage, ns | (nr << 32), recv_stage, x, out, words, geom,
+                lanes, tokval)
+        grid = min(lanes >> 32, PIPE_BLOCKS)
+        rc = Launch(self.net.driver, func, grid, 512, [ctypes.c_uint64(v) for v in vals])(stream)
+        if rc:
+            raise self.net._cuda("cuLaunchKernel", rc)
+        return func, grid, 512, vals
 
     def _consume(self, addr: int, r: tuple) -> None:
         """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into

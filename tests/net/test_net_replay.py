@@ -28,6 +28,7 @@ ne = pytest.importorskip("hpccl.transport.engine", reason="the network engine (U
 
 ADD = 0xADD  # the stand-in "kernel": dst[i] = a[i] + b[i] over float32
 FUSED = 0xF05ED  # the stand-in fused step (hp_net_step<float32, sum>): stage, token, wait, add
+PIPED = 0x919ED  # the stand-in piped step (hp_net_pipe<float32, sum>): per piece stage, token, wait, add
 
 C_DTOH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
 C_HTOD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
@@ -143,10 +144,40 @@ class Gpu:
             o[:] = np.frombuffer(t.from_address(src), np.float32) + np.frombuffer(t.from_address(got), np.float32)
         self.q.put(run)
 
+    def piped(self, send, stage, sizes, got, src, out, words, geom, lanes, tokval) -> None:
+        """The piped step's kernel as the stream runs it (hp_net_pipe, float32 sum), its pieces in turn: stage
+        piece i, write token t0 + i, wait for lane i mod L's done word to reach v0 + i / L, add piece i."""
+        self.calls["launch"] += 1
+
+        def run():
+            ns, nr, ps, pr = sizes & 0xFFFFFFFF, sizes >> 32, geom & 0xFFFFFFFF, geom >> 32
+            nl, k = lanes & 0xFFFFFFFF, lanes >> 32
+            t0, v0 = (tokval - (k - 1)) & 0xFFFFFFFF, tokval >> 32
+            for i in range(k):
+                if i * ps < ns:
+                    ctypes.memmove(stage + i * ps, send + i * ps, min(ps, ns - i * ps))
+                ctypes.c_uint32.from_address(words).value = (t0 + i) & 0xFFFFFFFF
+                done, val = words + 4 + 4 * (i % nl), (v0 + i // nl) & 0xFFFFFFFF
+                end = time.monotonic() + 15
+                while not _reached(done, val):
+                    if time.monotonic() > end:
+                        raise TimeoutError(f"lane {i % nl}'s done word never reached {val}")
+                    time.sleep(0)
+                if i * pr < nr:
+                    o, n = i * pr, min(pr, nr - i * pr) // 4
+                    t = ctypes.c_float * n
+                    d = np.frombuffer(t.from_address(out + o), np.float32)
+                    d[:] = np.frombuffer(t.from_address(src + o), np.float32) + np.frombuffer(
+                        t.from_address(got + o), np.float32)
+        self.q.put(run)
+
     def entry_points(self) -> tuple:
         """The same driver for the C replay: callbacks in _netreplay.c's F_* order (kept alive here)."""
         def launch(func, gx, gy, gz, bx, by, bz, shmem, s, params, extra):
-            assert func in (ADD, FUSED)
+            assert func in (ADD, FUSED, PIPED)
+            if func == PIPED:
+                self.piped(*[ctypes.c_uint64.from_address(params[i]).value for i in range(10)])
+                return 0
             if func == FUSED:
                 self.fused(*[ctypes.c_uint64.from_address(params[i]).value for i in range(8)])
                 return 0
@@ -187,7 +218,8 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n.dones = [(n.ready_h + 4 + 4 * j,) * 2 for j in range(len(engs))]
     n.done_h = n.done_d = n.dones[0][0]
     n._join_ev = 0
-    n.steps = n.fused = n.captured = 0
+    n.steps = n.fused = n.captured = n.piped = 0
+    n.pipe = True
     n._graph, n._gwords, n._gword_next = [], None, netstep._WORDS
     n.fused_size = 16 << 10
     area = Area(1 << 20)
@@ -318,8 +350,8 @@ def test_a_recording_refuses_what_it_cannot_replay():
     rec.post([(0, 1, 100, 8)], 1, 5, 0, 7)
     rec.wait(1, 5, 7)
     assert rec.why is None and rec.acts == [(0, 1, 2, 3), (6, 0), (3, 1, 1), (4, 0)]
-    rec.launch(1, 1, 1, tuple(range(9)), 7)
-    assert rec.why == "a kernel with more than 8 arguments"
+    rec.launch(1, 1, 1, tuple(range(11)), 7)
+    assert rec.why == "a kernel with more than 10 arguments"
     other = netreplay.Recording(7)
     other.copy(0, 1, 2, 3, 8)
     assert other.why == "work on another stream"
@@ -381,6 +413,72 @@ def test_fused_steps_replay_with_their_token_and_done_value_patched(pair):
     nets[0].fused_size = 1 << 20  # a limit above a slice: only what every path sends whole is fused
     assert nets[0].fusable([(1, 0, 4096)], []) and not nets[0].fusable([(1, 0, 4097)], [])
     assert ea.error() is None and eb.error() is None
+
+
+def test_piped_steps_match_the_sliced_path_and_replay(lanes):
+    """Large steps as one kernel walking their pieces (StagedNet.step_piped) over two lanes: 40 calls of 3
+    pieces each, rank 0 piped (replayed from its second call), rank 1 alternating the piped kernel with the
+    Python sliced path (a stream operation per piece) and with fused small steps in between, so the lanes'
+    done values drift apart and the piped step first brings them level; every result checked."""
+    engs, gpus = lanes
+    nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
+    reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    count = 2600  # 10400 bytes: pieces of 3584, 3584 and 3232 bytes on lanes 0, 1, 0
+    xs = [np.zeros(count, np.float32) for _ in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    small = [np.zeros(16, np.float32) for _ in range(4)]
+    wrong: list = []
+    key = ("ar", 1)
+
+    def piped_call(r: int, label: str) -> None:
+        net, g, x, y = nets[r], gpus[r], xs[r], ys[r]
+        send, recv = (1 - r, x.ctypes.data, x.nbytes), (1 - r, x.nbytes, y, "sum", x)
+        assert net.pipeable([send], [recv])
+
+        def launch(ss, rs, geom, nl, tv, words):
+            assert nl == 2 | (3 << 32) and geom == 3584 | (3584 << 32)
+            vals = (x.ctypes.data, ss, x.nbytes | (x.nbytes << 32), rs, x.ctypes.data, y.ctypes.data, words, geom,
+                    nl, tv)
+            g.piped(*vals)
+            return PIPED, 3, 512, vals
+        net.step_piped(1, send, recv, label, launch)
+
+    def fused_call(r: int, label: str) -> None:  # lane 0 only: its done value moves ahead of lane 1's
+        net, g, x, y = nets[r], gpus[r], small[r], small[2 + r]
+
+        def launch(ss, rs, tv, words):
+            vals = (x.ctypes.data, ss, x.nbytes | (16 << 32), rs, x.ctypes.data, y.ctypes.data, words, tv)
+            g.fused(*vals)
+            return FUSED, 1, 256, vals
+        net.step_fused(1, (1 - r, x.ctypes.data, x.nbytes), (1 - r, x.nbytes, y, "sum", x), label, launch)
+
+    for i in range(40):
+        for r in range(2):
+            g = gpus[r]
+            g.q.put(lambda x=xs[r], v=(r + 1) * (i + 1): x.fill(v))
+            if r == 0 and i > 0:
+                assert reps[0].fire(key, f"all_reduce #{i + 1}") == 0
+            elif r == 0 or i % 2:
+                rec = reps[r].start(key, 1) if i == 0 else None
+                piped_call(r, f"all_reduce #{i + 1}")
+                reps[r].finish(key, rec, True)
+            else:
+                _all_reduce(nets[r], g, r, xs[r], ys[r], f"all_reduce #{i + 1}")
+            g.q.put(lambda y=ys[r], i=i: None if np.all(y == 3 * (i + 1)) else wrong.append((i, float(y[0]))))
+            if i % 3 == 0:
+                fused_call(r, f"all_reduce #{i + 1}b")
+    for g in gpus:
+        g.drain()
+        assert not g.failed, g.failed
+    assert wrong == []
+    assert reps[0].replayed == 39
+    assert reps[0]._progs[key].shape[0] == 8  # a lane sync, 3 kernel tokens and 3 posts, the piped kernel
+    assert gpus[0].calls["post_words"] == 0 and nets[0].piped == 1
+    for n in nets:  # every piece's batch ended; every done word where its lane's counter is
+        assert n.st.tok == 3 * 40 + 14 and not n.pending()
+        assert [ctypes.c_uint32.from_address(h).value for h, _d in n.dones] == list(n.st.val[:2])
+    assert not nets[0].pipeable([(1, 0, 4)] * 2, [])
+    assert all(e.error() is None for pair_ in engs for e in pair_)
 
 
 def test_captured_fused_steps_arm_their_template_at_every_replay(pair):
