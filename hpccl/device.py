@@ -187,6 +187,9 @@ class DeviceSide:
             self.proxy.raise_error()
 
     def close(self) -> None:
+        if self.graph_keep:  # a captured graph may be replayed after this: its temporaries stay (netstep.ORPHANS)
+            from .netstep import ORPHANS
+            ORPHANS.keep(self.graph_keep)
         self.graph_keep = []
         if self.replays is not None:
             self.replays.drop()

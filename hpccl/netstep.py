@@ -114,6 +114,7 @@ class StagedNet:
         self._stage: Optional[_Pinned] = None
         self._old: List[_Pinned] = []  # outgrown staging areas: earlier steps may still use them
         self._graph: List[Any] = []    # captured steps' staging, words and templates (live until close)
+        self._armed: List[tuple] = []  # (arm, done) host words of each captured template
         self._gwords: Optional[_Pinned] = None
         self._gword_next = _WORDS
         self._join_ev = self.driver.event()
@@ -231,6 +232,7 @@ class StagedNet:
             (done_h, done_d), (arm_h, arm_d) = self._graph_word(), self._graph_word()
             t = self.engs[j].template([op for lane, op in ops if lane == j], done_h, arm_h, self.timeout, label)
             self._graph.append(t)
+            self._armed.append((arm_h, done_h))
             words.append((done_d, arm_d))
         for done_d, arm_d in words:
             rc = d.write_value32(s, done_d, 0, 0) or d.write_value32(s, arm_d, 1, 0)
@@ -382,6 +384,7 @@ class StagedNet:
         arm_h, arm_d = self._graph_word(2)  # arm, then done: the kernel's words[0] and words[1]
         t = self.engs[0].template(ops, arm_h + 4, arm_h, self.timeout, label)
         self._graph.append(t)
+        self._armed.append((arm_h, arm_h + 4))
         launch(area.dev, area.dev + _align(ns), 1 | (1 << 32), arm_d, True)
         self.steps += 1
         self.captured += 1
@@ -499,13 +502,74 @@ class StagedNet:
         for t in self._graph:
             if not isinstance(t, _Pinned):
                 t.retire()  # the engine stops reading its arm word before the word's memory is freed
-        for p in [self._words, self._stage, *self._old, *[g for g in self._graph if isinstance(g, _Pinned)]]:
+        graph = [g for g in self._graph if isinstance(g, _Pinned)]
+        if self._armed:  # a graph may still be replayed: its words and staging stay, answered by ORPHANS
+            ORPHANS.adopt(self._armed, graph)
+            graph = []
+        for p in [self._words, self._stage, *self._old, *graph]:
             if p is not None:
                 p.free()
-        self._graph, self._old, self._stage = [], [], None
+        self._graph, self._old, self._stage, self._armed = [], [], None, []
         if self._join_ev:
             self.driver.event_destroy(ctypes.c_void_p(self._join_ev))
             self._join_ev = 0
+
+
+class _Orphans:
+    """Captured steps of destroyed communicators. Replaying a graph after its communicator is destroyed is
+    an error (as with NCCL), but it must not hang nor write freed memory: the steps' words and staging stay
+    allocated until the process ends, and a thread answers each replay's arm word with done := 1 (nothing
+    moves, the stream goes on) and logs the error once per communicator."""
+
+    def __init__(self) -> None:
+        import threading
+        self._lock = threading.Lock()
+        self._words: List[tuple] = []  # (arm, done, index of the communicator's entry in _seen)
+        self._keep: List[Any] = []
+        self._seen: List[bool] = []
+        self._thread: Optional[Any] = None
+
+    def adopt(self, armed: List[tuple], keep: List[Any], extra: Sequence[Any] = ()) -> None:
+        """Take one communicator's (arm, done) words and what its graphs point into."""
+        import threading
+        with self._lock:
+            k = len(self._seen)
+            self._seen.append(False)
+            self._words.extend((a, d, k) for a, d in armed)
+            self._keep.extend([*keep, *extra])
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hpccl-orphan-graphs", daemon=True)
+                self._thread.start()
+
+    def keep(self, what: Sequence[Any]) -> None:
+        """Keep memory a captured graph points into (hier's temporaries) until the process ends."""
+        with self._lock:
+            self._keep.extend(what)
+
+    def answer(self) -> int:
+        """One pass over the arm words: each set one is cleared and its done word set; how many were."""
+        n = 0
+        with self._lock:
+            for arm, done, k in self._words:
+                if ctypes.c_uint32.from_address(arm).value:
+                    ctypes.c_uint32.from_address(arm).value = 0
+                    ctypes.c_uint32.from_address(done).value = 1
+                    n += 1
+                    if not self._seen[k]:
+                        self._seen[k] = True
+                        log.warn("NET", "a CUDA graph captured with a communicator was replayed after the "
+                                 "communicator was destroyed: its network steps moved nothing (destroy a "
+                                 "communicator after the last replay of the graphs captured with it)")
+        return n
+
+    def _run(self) -> None:
+        import time
+        while True:
+            self.answer()
+            time.sleep(0.001)
+
+
+ORPHANS = _Orphans()
 
 
 def _flat(a: Any) -> bool:

@@ -220,7 +220,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n._join_ev = 0
     n.steps = n.fused = n.captured = n.piped = 0
     n.pipe = True
-    n._graph, n._gwords, n._gword_next = [], None, netstep._WORDS
+    n._graph, n._gwords, n._gword_next, n._armed = [], None, netstep._WORDS, []
     n.fused_size = 16 << 10
     area = Area(1 << 20)
     n._stage = area
@@ -520,3 +520,44 @@ def test_captured_fused_steps_arm_their_template_at_every_replay(pair):
                 assert t.state()[1] == 20
                 t.retire()
     assert ea.error() is None and eb.error() is None
+
+
+def test_a_graph_replayed_after_its_communicator_closed_ends_and_is_logged(pair, caplog):
+    """Replaying a captured graph after its communicator is destroyed is an error (as with NCCL), but no
+    hang and no freed memory: the captured steps' words and staging stay, a thread answers each replay's arm
+    word with done := 1 (nothing moves) and the error is logged once per communicator."""
+    (ea, eb), gpus = pair
+    nets = [_net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
+    count = 64
+    xs = [np.full(count, r + 1, np.float32) for r in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    graphs = []
+    for r in range(2):
+        net, x, y = nets[r], xs[r], ys[r]
+        args = []
+
+        def launch(ss, rs, tv, words, captured=False, x=x, y=y, args=args):
+            args[:] = [x.ctypes.data, ss, x.nbytes | (count << 32) | (1 << 63), rs, x.ctypes.data, y.ctypes.data,
+                       words, tv]
+        net.capture_fused(1, (1 - r, x.ctypes.data, x.nbytes), (1 - r, x.nbytes, y, "sum", x), "all_reduce #1",
+                          launch)
+        graphs.append(args)
+    for r in range(2):  # one good replay each
+        gpus[r].fused(*graphs[r])
+    for g in gpus:
+        g.drain()
+    assert all(np.all(y == 3) for y in ys)
+    kept = len(netstep.ORPHANS._keep)
+    for n in nets:
+        n._words = n._stage = None  # the stand-ins' own memory
+        n._old = []
+        n.close()
+    assert len(netstep.ORPHANS._keep) == kept + 4  # each captured step's staging and page of words stay
+    caplog.set_level("WARNING")
+    for _ in range(3):  # the graphs replayed after close: each ends (the stand-in waits at most 15 s)
+        for r in range(2):
+            gpus[r].fused(*graphs[r])
+    for g in gpus:
+        g.drain(10)
+        assert not g.failed, g.failed
+    assert sum("replayed after the communicator was destroyed" in m for m in caplog.messages) == 2
