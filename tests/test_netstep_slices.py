@@ -159,7 +159,7 @@ def test_a_captured_step_is_a_template_per_lane_armed_then_waited():
     net.driver = _Rec(capturing=True)
     net.eng = _Eng(net.driver.log)
     net.engs = [net.eng] * 4
-    net._graph, net._gwords, net._gword_next, net.captured = [], None, netstep._WORDS, 0
+    net._graph, net._gwords, net._gword_next, net.captured, net._armed = [], None, netstep._WORDS, 0, []
     n = 1 << 20
     buf = np.zeros(n // 4, np.float32)
     net.step(0, [(1, 0x1000, n)], [(1, n, buf, None, None)], "x", lambda a, r: None)
