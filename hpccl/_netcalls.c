@@ -272,6 +272,7 @@ void engine_template_hold(engine_t *e, batch_t *b) {
   pthread_mutex_lock(&e->qlock);
   b->anext = e->aqhead;
   e->aqhead = b;
+  atomic_store(&e->queued, 1);
   pthread_mutex_unlock(&e->qlock);
   if (atomic_load(&e->sleeping)) wake_engine(e);
 }

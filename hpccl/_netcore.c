@@ -52,6 +52,7 @@ void submit_to(engine_t *e, batch_t *b, int take_ref, int wake) {
   pthread_mutex_lock(&e->qlock);
   if (e->qtail) e->qtail->qnext = b; else e->qhead = b;
   e->qtail = b;
+  atomic_store(&e->queued, 1);
   pthread_mutex_unlock(&e->qlock);
   if (wake && atomic_load(&e->sleeping)) wake_engine(e);
 }
@@ -73,9 +74,10 @@ uint64_t eager_tag(engine_t *e, int kind, int peer) {
 }
 
 /* hand b (its ops filled in) to the engine as an eager GPU network step: tags now, in call order; posted
-   once *ready reaches tok (gate: nonzero then, nothing is sent); *done = val when it ends, in FIFO order */
+   once *ready reaches tok (gate: nonzero then, nothing is sent); *done = val when it ends, in FIFO order.
+   ``wake`` 0: the caller wakes the engine once after its last submission (wake_if_sleeping) */
 void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
-                   uint32_t val, double timeout, const char *label) {
+                   uint32_t val, double timeout, const char *label, int wake) {
   for (int i = 0; i < b->nops; i++) b->ops[i].tag = eager_tag(e, b->ops[i].kind, b->ops[i].peer);
   b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
   b->ready_tok = tok;
@@ -85,8 +87,12 @@ void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64
   b->ordered = b->done != NULL;
   b->timeout = timeout;
   snprintf(b->label, sizeof b->label, "%s", label);
-  submit(e, b, 1);
+  submit_to(e, b, 1, wake);
   batch_unref(b);  /* the engine's reference is the only one */
+}
+
+void wake_if_sleeping(engine_t *e) {
+  if (atomic_load(&e->sleeping)) wake_engine(e);
 }
 
 /* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
@@ -401,7 +407,9 @@ static int ctrl_progress(engine_t *e) {
 }
 
 int drain(engine_t *e) {
+  if (!atomic_load_explicit(&e->queued, memory_order_relaxed)) return 0;
   pthread_mutex_lock(&e->qlock);
+  atomic_store(&e->queued, 0);
   batch_t *b = e->qhead;
   e->qhead = e->qtail = NULL;
   batch_t *t = e->aqhead;

@@ -117,6 +117,8 @@ typedef struct engine {
   atomic_int nactive_pub;
   batch_t *qhead, *qtail;
   batch_t *aqhead;           /* templates to hold (arm words to poll), taken by the engine thread (qlock) */
+  atomic_int queued;         /* set (under qlock) when either queue gets work: the engine's loop reads it
+                                before taking qlock, so a spinning engine does not contend with submitters */
   /* engine thread only (wlock): the templates whose arm words are polled */
   batch_t **armed; int narmed, caparmed;
   /* engine thread only */
@@ -167,7 +169,9 @@ void submit_to(engine_t *e, batch_t *b, int take_ref, int wake);
 void submit(engine_t *e, batch_t *b, int take_ref);
 uint64_t eager_tag(engine_t *e, int kind, int peer);
 void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
-                   uint32_t val, double timeout, const char *label);
+                   uint32_t val, double timeout, const char *label,
+                   int wake);
+void wake_if_sleeping(engine_t *e);
 void wake_engine(engine_t *e);
 void op_end(op_t *o, ucs_status_t st, size_t got);
 void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st);

@@ -353,7 +353,7 @@ static PyObject *Engine_staged(Engine *self, PyObject *args) {
   batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_STAGED);
   if (!b) return PyErr_NoMemory();
   if (parse_ops(self, ops, b) < 0) { batch_unref(b); return NULL; }
-  submit_staged(&self->core, b, ready, rtok, gate, done, dval, timeout, label);
+  submit_staged(&self->core, b, ready, rtok, gate, done, dval, timeout, label, 1);
   Py_RETURN_NONE;
 }
 

@@ -227,8 +227,13 @@ static int nr_post(NetProgram *p, nr_act *a, const char *label, uint32_t tok, ui
     op_t *o = &b->ops[i], *m = &p->msgs[a->first + i];
     o->kind = m->kind; o->peer = m->peer; o->buf = m->buf; o->len = m->len;
   }
-  submit_staged(&p->eng[a->lane]->core, b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label);
+  submit_staged(&p->eng[a->lane]->core, b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label, 0);
   return 0;
+}
+
+/* one wake-up per lane and replay, not one per batch (a write(2) each while the engine sleeps) */
+static void nr_wake(NetProgram *p) {
+  for (int j = 0; j < p->nlanes; j++) wake_if_sleeping(&p->eng[j]->core);
 }
 
 static PyObject *nr_fail(const char *what, int rc) {
@@ -259,28 +264,28 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
     switch (a->kind) {
       case A_DTOH:
         if ((rc = ((cu_dtoh_t)p->fn[F_DTOH])((void *)(uintptr_t)a->dst, a->src, a->n, s)))
-          return nr_fail("cuMemcpyDtoHAsync", rc);
+          return nr_wake(p), nr_fail("cuMemcpyDtoHAsync", rc);
         break;
       case A_HTOD:
         if ((rc = ((cu_htod_t)p->fn[F_HTOD])(a->dst, (const void *)(uintptr_t)a->src, a->n, s)))
-          return nr_fail("cuMemcpyHtoDAsync", rc);
+          return nr_wake(p), nr_fail("cuMemcpyHtoDAsync", rc);
         break;
       case A_DTOD:
-        if ((rc = ((cu_dtod_t)p->fn[F_DTOD])(a->dst, a->src, a->n, s))) return nr_fail("cuMemcpyDtoDAsync", rc);
+        if ((rc = ((cu_dtod_t)p->fn[F_DTOD])(a->dst, a->src, a->n, s))) return nr_wake(p), nr_fail("cuMemcpyDtoDAsync", rc);
         break;
       case A_TOKEN:
         tok = ++st->tok;
-        if ((rc = ((cu_value_t)p->fn[F_WRITE])(s, p->ready_d, tok, 0))) return nr_fail("cuStreamWriteValue32", rc);
+        if ((rc = ((cu_value_t)p->fn[F_WRITE])(s, p->ready_d, tok, 0))) return nr_wake(p), nr_fail("cuStreamWriteValue32", rc);
         break;
       case A_POST: {
         uint32_t val = ++st->val[a->lane];
-        if (nr_post(p, a, label, tok, val) < 0) return PyErr_NoMemory();
+        if (nr_post(p, a, label, tok, val) < 0) return nr_wake(p), PyErr_NoMemory();
         p->vals[k++] = val;
         break;
       }
       case A_WAIT:
         if ((rc = ((cu_value_t)p->fn[F_WAIT])(s, p->done_d[p->post_lane[a->post]], p->vals[a->post], 0)))  /* GEQ */
-          return nr_fail("cuStreamWaitValue32", rc);
+          return nr_wake(p), nr_fail("cuStreamWaitValue32", rc);
         break;
       case A_KTOKEN:
         tok = ++st->tok;
@@ -297,10 +302,11 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
         /* fall through */
       case A_LAUNCH:
         if ((rc = ((cu_launch_t)p->fn[F_LAUNCH])(a->func, a->grid, 1, 1, a->block, 1, 1, 0, s, a->params, NULL)))
-          return nr_fail("cuLaunchKernel", rc);
+          return nr_wake(p), nr_fail("cuLaunchKernel", rc);
         break;
     }
   }
+  nr_wake(p);
   if ((rc = ((cu_record_t)p->fn[F_RECORD])(p->join_ev, s))) return nr_fail("cuEventRecord", rc);
   st->joinable = 1;
   p->runs++;
