@@ -300,8 +300,7 @@ class StagedNet:
         and lanes are those of the other paths (a peer that takes another path posts the same messages).
         ``launch(send_stage, recv_stage, geom, lanes, tokval, words)`` enqueues the kernel and returns
         (func, grid, block, args) for the recording."""
-        ns = send[2] if send is not None else 0
-        nr = recv[1] if recv is not None else 0
+        ns, nr, _ = _messages(send, recv, 0)
         area = self.staging(_align(ns) + _align(nr))
         sp = self._cut(ns) if send is not None else []
         rp = self._cut(nr) if recv is not None else []
@@ -349,16 +348,10 @@ class StagedNet:
         gated on the token the kernel writes once it has staged the send; ``launch(send_stage, recv_stage,
         tokval, words)`` enqueues the kernel (it waits for the done word and combines what arrived) and
         returns (func, grid, block, args) for the recording."""
-        ns = send[2] if send is not None else 0
-        nr = recv[1] if recv is not None else 0
+        ns, nr, _ = _messages(send, recv, 0)
         area = self.staging(_align(ns) + _align(nr))
-        ops = []
-        if send is not None:
-            ops.append((0, (0, send[0], area.host, ns)))
-        if recv is not None:
-            ops.append((0, (1, recv[0], area.host + _align(ns), nr)))
         s = ctypes.c_void_p(stream)
-        (lane, val), = self._post(s, ops, label, by_kernel=True)
+        (lane, val), = self._post(s, [(0, m) for m in _messages(send, recv, area.host)[2]], label, by_kernel=True)
         func, grid, block, args = launch(area.dev, area.dev + _align(ns), self.st.tok | (val << 32), self.ready_d)
         if self.rec is not None:
             self.rec.fused(func, grid, block, args, lane, val, stream)
@@ -370,15 +363,10 @@ class StagedNet:
         """step_fused on a capturing stream: a template on lane 0 with an arm word and the done word after
         it, and staging of its own; the kernel (captured) clears the done word, sets the arm word once the
         send is staged, and waits for the engine's done := 1 at every replay."""
-        ns = send[2] if send is not None else 0
-        nr = recv[1] if recv is not None else 0
+        ns, nr, _ = _messages(send, recv, 0)
         area = _Pinned(self.driver, _align(ns) + _align(nr))
         self._graph.append(area)
-        ops = []
-        if send is not None:
-            ops.append((0, send[0], area.host, ns))
-        if recv is not None:
-            ops.append((1, recv[0], area.host + _align(ns), nr))
+        ops = _messages(send, recv, area.host)[2]
         if self.rec is not None:
             self.rec.refuse("captured")
         arm_h, arm_d = self._graph_word(2)  # arm, then done: the kernel's words[0] and words[1]
@@ -410,17 +398,12 @@ class StagedNet:
         lanes = len(self.engs)
         if lanes > 1:
             k = max(k, min(lanes, n // MIN_PIECE))
-        if k <= 1:
-            return [(0, n)]
-        size = _align(-(-n // k))
-        return [(o, min(size, n - o)) for o in range(0, n, size)]
+        return _split(n, k)
 
     def _lane_pieces(self, n: int) -> List[tuple]:
         """A captured message's pieces: one per lane, equal, each at least MIN_PIECE (a captured step is one
         template per lane, so its messages are not sliced further)."""
-        k = min(len(self.engs), max(1, n // MIN_PIECE))
-        size = _align(-(-n // k)) if k > 1 else n
-        return [(o, min(size, n - o)) for o in range(0, n, size)] if k > 1 else [(0, n)]
+        return _split(n, min(len(self.engs), max(1, n // MIN_PIECE)))
 
     def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
                      consume: Callable[[int, tuple], None], total: int) -> None:
@@ -570,6 +553,29 @@ class _Orphans:
 
 
 ORPHANS = _Orphans()
+
+
+def _split(n: int, k: int) -> List[tuple]:
+    """(offset, length) of k equal pieces of n bytes, whole 256-byte units but the last; 0 bytes is one
+    piece."""
+    if k <= 1:
+        return [(0, n)]
+    size = _align(-(-n // k))
+    return [(o, min(size, n - o)) for o in range(0, n, size)]
+
+
+def _messages(send: Optional[tuple], recv: Optional[tuple], host: int) -> tuple:
+    """(send bytes, receive bytes, messages) of an exchange of at most one message each way staged at
+    ``host``: the send's staging first, the receive's after it (aligned); messages as the engine takes them
+    (kind 0 send / 1 receive, peer, address, bytes)."""
+    ns = send[2] if send is not None else 0
+    nr = recv[1] if recv is not None else 0
+    msgs = []
+    if send is not None:
+        msgs.append((0, send[0], host, ns))
+    if recv is not None:
+        msgs.append((1, recv[0], host + _align(ns), nr))
+    return ns, nr, msgs
 
 
 def _flat(a: Any) -> bool:
