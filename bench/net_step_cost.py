@@ -4,7 +4,9 @@ and the GPU time of the same calls, on a communicator spanning nodes (HPCCL_NODE
     mpirun -n 2 -x HPCCL_NODE_ID=split:1 python bench/net_step_cost.py [--json out.json]
 
 Per size: the median wall time of the call itself (it enqueues and returns; the stream is synchronized
-outside the timed region), and the event-timed GPU time per call over a back-to-back loop."""
+outside the timed region), of that the median time inside the C replay of a recorded call, the network
+steps per call Python enqueued (0 when replayed), and the event-timed GPU time per call over a back-to-back
+loop."""
 import argparse
 import json
 import statistics
@@ -21,6 +23,18 @@ ap.add_argument("--iters", type=int, default=30)
 a = ap.parse_args()
 comm = hpccl.init()
 s = cupy.cuda.Stream(non_blocking=True)
+fired = []  # seconds inside each replay's C call (NetReplays.fire), to split the host time
+reps = getattr(getattr(comm, "_dev", None), "replays", None)
+if reps is not None:
+    _fire = reps.fire
+
+    def _timed_fire(key, label):
+        t = time.perf_counter()
+        try:
+            return _fire(key, label)
+        finally:
+            fired.append(time.perf_counter() - t)
+    reps.fire = _timed_fire
 rows = []
 for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
     n = max(1, nbytes // 4)
@@ -31,6 +45,7 @@ for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
         comm.all_reduce(x, stream=s)
     s.synchronize()
     host = []
+    fired.clear()
     before = seen()
     for _ in range(a.iters):
         t0 = time.perf_counter()
@@ -39,6 +54,7 @@ for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
         s.synchronize()
     # network steps per call enqueued through Python (replayed calls add none), fused and piped among them
     per = [(y - x) / a.iters for x, y in zip(before, seen())]
+    in_c = statistics.median(fired) * 1e6 if fired else 0.0
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
     e0.record(s)
     for _ in range(a.iters):
@@ -50,12 +66,12 @@ for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
     ok = bool(float(x[0]) == float(comm.size) ** (3 + 2 * a.iters))  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
            "gpu_us_per_call": gpu_us, "ok": ok, "python_steps_per_call": per[0], "fused_per_call": per[1],
-           "piped_per_call": per[2]}
+           "piped_per_call": per[2], "replay_c_us_median": in_c}
     rows.append(row)
     if comm.rank == 0:
         print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f})  "
               f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}  python steps/call {per[0]:.1f} "
-              f"(fused {per[1]:.1f}, piped {per[2]:.1f})", flush=True)
+              f"(fused {per[1]:.1f}, piped {per[2]:.1f})  in the C replay {in_c:.1f} us", flush=True)
 if comm.rank == 0 and a.json:
     json.dump({"ranks": comm.size, "nodes": comm.num_nodes, "rows": rows,
                "path": comm._dev.path if comm._dev is not None else None}, open(a.json, "w"), indent=1)
