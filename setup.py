@@ -60,5 +60,5 @@ if ucx is not None:
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))
 else:
     print("hpccl: no UCX headers found (HPCCL_UCX_HOME, UCX_HOME, pkg-config ucx, libucx wheel): the network "
-          "engine is not built; calls across nodes use the slower ucxx/MPI path")
+          "engine is not built; calls across nodes use the slower MPI path")
 setup(ext_modules=exts)

@@ -4,7 +4,7 @@
 # "nodes", default transports and TCP + cuda_copy), hpccl vs NCCL benchmarks (NCCL forced onto its
 # network transport for the 2-node runs), overlap example. Logs and JSON go to $OUT (docs/perf/).
 #   SUITE="topo tests2 tests4 tests2n tests4n testsTcp bench perf perfnet overlap launch registered"  pick stages;
-#   BENCH_ARGS="--sweep"  extra bench flags. Carry ucxx wheels in .whl/ for the multi-node stages.
+#   BENCH_ARGS="--sweep"  extra bench flags. Carry the libucx 1.20.1 wheel in .whl/ for the engine.
 # Ranks sharing ONE GPU under CUDA MPS (the one-GPU machine; issue 20), on by default:
 #   mps        start the MPS control daemon for the stages after it (stopped at the end)
 #   probe      bench/residency_probe.py at 4 and 8 ranks: kernel occupancy, the failing patterns sized by
@@ -26,7 +26,7 @@ set -o pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 HPCCL_TIMEOUT=${HPCCL_TIMEOUT:-60}
-if ls .whl/*.whl >/dev/null 2>&1; then  # ucxx + libucx 1.20.1 for the UCX transport (no internet there)
+if ls .whl/*.whl >/dev/null 2>&1; then  # libucx 1.20.1 for the native network engine (no internet there)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi

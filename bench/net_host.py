@@ -1,5 +1,5 @@
 """Host buffers between separate hosts: hpccl through its native network engine (with and without its
-compiled path for small calls), hpccl through ucxx, and the MPI library, side by side in one run (rounds
+compiled path for small calls) and the MPI library, side by side in one run (rounds
 interleaved, every result checked). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
 
     python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--json out.json]
@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 COLLS = ("all_reduce", "broadcast", "all_gather")
 #: hpccl's network paths: the engine with its compiled path for small calls (hpccl/_nethot.c, the default),
-#: the engine with Python's schedules only (HPCCL_NET_HOT_SIZE=0), and the ucxx transport
-NAMES = ("engine", "engine-py", "ucxx")
+#: and the engine with Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs
+#: (docs/PERFORMANCE.md) was removed in issue 34
+NAMES = ("engine", "engine-py")
 
 
 def _call(comms: dict, world, name: str, coll: str, x: np.ndarray, y: np.ndarray) -> None:
@@ -53,8 +54,8 @@ def ranks(args: argparse.Namespace) -> int:
         os.environ["HPCCL_NET"] = name.split("-")[0]  # read when the communicator picks its network transport
         os.environ["HPCCL_NET_HOT_SIZE"] = "0" if name == "engine-py" else str(256 << 10)  # and its compiled path
         comms[name] = hpccl.Communicator(world.Dup())
-        impl = [getattr(t, "impl", "ucxx") for t in comms[name]._transports]
-        assert comms[name].num_nodes == n and impl == (["ucxx"] if name == "ucxx" else ["engine"]), impl
+        impl = [getattr(t, "impl", t.name) for t in comms[name]._transports]
+        assert comms[name].num_nodes == n and impl == ["engine"], impl
         assert (type(comms[name]._hot).__name__ == "NetHot") == (name == "engine"), name
     rows = []
     for coll in args.colls.split(","):

@@ -101,7 +101,7 @@ else:
         "OMPI_MCA_osc": "ucx",
         "OMPI_MCA_btl": "^smcuda,uct",
         "PMIX_MCA_gds": "hash",
-        # ucxx's libucx wheel uses the image's UCX (built with CUDA, gdrcopy and verbs)
+        # the libucx wheel (UCX for hpccl's native engine) uses the image's UCX (CUDA, gdrcopy and verbs)
         "RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY": "true",
         # hpccl defaults
         "HPCCL_NET": "ucx",

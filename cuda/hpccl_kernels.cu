@@ -719,8 +719,9 @@ extern "C" __global__ void __launch_bounds__(512) hp_s_copyout(SafeArgs s) {
 }
 
 // ---- local steps of host-driven (network) algorithms on device memory ---------------------------------
-// The proxy thread runs hpccl's ring/tree schedules over UCX on device buffers; what arrives is combined
-// here, on the GPU: dst = a op b elementwise (avg combines as sum; hp_scale_local divides once at the end).
+// hpccl's ring/tree schedules across nodes run on device buffers (staged on the engine, or over MPI on the
+// proxy thread); what arrives is combined here, on the GPU: dst = a op b elementwise (avg combines as sum;
+// hp_scale_local divides once at the end).
 template <int DT, int OP>
 __global__ void __launch_bounds__(512) hp_reduce_local(char* dst, const char* a, const char* b, u64 n) {
   typedef typename Dt<DT>::T T;

@@ -102,6 +102,8 @@ class Communicator:
         shm, self._force_mpi = select.node_transport(self, force, local, tag)
         if shm is not None:
             self._table.add("shm", "messages through shared-memory slots", local, shm)
+        self._net_note = ""  # which network path calls across nodes take, and why (select.net_path, hpccl-info)
+        self._net_warned = False  # the missing engine was warned about (once per communicator)
         net = select.net_transport(self)
         self._path = "shm" if net is None else net.name  # the slowest link prices the flat algorithms
         window = shm.window() if (shm is not None and self.num_nodes == 1) else None
@@ -133,7 +135,7 @@ class Communicator:
         log.info("INIT", "communicator rank %d/%d node %d/%d local %d/%d path %s in %.3fs", self.rank,
                  self.size, self.node, self.num_nodes, self.local_rank, self.local_size, self._path,
                  self.setup_seconds)
-        log.info("INIT", "transports: %s", self._table.describe())
+        log.info("INIT", "transports: %s; network path: %s", self._table.describe(), select.net_path(self))
 
     # ----- set-up and failures (hpccl/transport/select.py, hpccl/failures.py) ---------------------------------
     def _new_net_transport(self) -> Transport:

@@ -56,11 +56,12 @@ _param("HPCCL_ALGO", "", str.lower,
        "Force an algorithm for every collective (ring, tree, rd, dbtree, direct, oneshot, twoshot, "
        "hier, linear; GPU all_reduce: oneshot, twoshot), or per collective: 'all_reduce:ring,broadcast:tree'. Empty: the cost model chooses.")
 _param("HPCCL_TRANSPORT", "", str.lower,
-       "Force the host transport between ranks of a node: shm or mpi. Empty: shm within a node, "
-       "ucx (if installed) or mpi between nodes.")
+       "Force the host transport between ranks of a node: shm or mpi. Empty: shm within a node; between "
+       "nodes HPCCL_NET decides.")
 _param("HPCCL_NET", "", str.lower,
-       "Transport between nodes: ucx (UCX: hpccl's native engine when it is built, else ucxx), engine (the "
-       "native engine, or an error), ucxx (the ucxx transport) or mpi. Empty: as ucx, else mpi.")
+       "Transport between nodes: engine or ucx (hpccl's native UCX engine, or an error naming why it cannot "
+       "load) or mpi. Empty: the engine, else MPI with one warning naming why. 'ucxx' (a transport "
+       "removed in issue 34) is refused.")
 _param("HPCCL_SHM_SLOT_SIZE", 1 << 20, _size,
        "Bytes per shared-memory slot of a point-to-point channel (the pipelining chunk).")
 _param("HPCCL_SHM_SLOTS", 4, int, "Slots per point-to-point channel (how far a sender runs ahead).")
@@ -171,7 +172,8 @@ _param("HPCCL_BOOTSTRAP", "auto", str.lower,
        "under torchrun), 'auto': MPI when an MPI launcher started the process (PMI/PMIx/Open MPI variables), "
        "else the store.")
 _param("HPCCL_GPU_NET_ASYNC", False, _bool,
-       "Only for the fallback Python proxy (no native engine; with the engine GPU network steps always "
+       "Only for GPU calls across nodes over MPI (the network proxy thread, hpccl/proxy.py, used when the "
+       "native engine is absent or HPCCL_NET=mpi; with the engine GPU network steps always "
        "enqueue and return without a host sync). GPU calls with a network step return at once and hold the caller's stream on the GPU until the "
        "proxy thread has moved the data (needs a non-default stream; the caller's thread must not load "
        "CUDA kernels or allocate device memory while a step is pending, see docs/GPU.md). Off: the call "

@@ -3,9 +3,11 @@ device and memory component, and what runs device algorithms on this layout:
 
   * one node: the kernel engine (cuda_comm.CudaComm) over GPU peer memory; its launches are stream-ordered
     and capturable, and a repeated call replays a launch snapshot (fast path);
-  * several nodes: the network proxy (proxy.Proxy) and device primitives over a network transport of
-    their own (UCX, or MPI with host staging), on which the table's host schedules (ring, trees, linear)
-    run for device memory; hier's node steps go to the 'intra' sub-communicator's engine.
+  * several nodes: staged steps on the communicator's native network engine (netstep.py), in stream order;
+    where the engine is absent (not built, or HPCCL_NET=mpi) MPI carries the traffic instead: the network
+    proxy thread (proxy.Proxy) runs the table's host schedules (ring, trees, linear) for device memory over
+    device primitives on an MPI transport of their own (host staging); hier's node steps go to the 'intra'
+    sub-communicator's kernel engine.
 """
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ class DeviceSide:
 
     def _setup_network(self, comm: Any, cupy: Any) -> None:
         with cupy.cuda.Device(self.device):
-            cupy.zeros(1)  # a current context before UCX looks at device memory
+            cupy.zeros(1)  # a current context before the transport touches device memory
         timeout = config.get("HPCCL_TIMEOUT")
         # the proxy thread's waits: a local peer's death or abort (of this communicator, or of the user's
         # for a hier step), seen through shared memory alone (no control channel is polled off the caller's
@@ -127,15 +129,12 @@ class DeviceSide:
                 comm._planner.on_drop.append(self.replays.drop)
                 self.path += ", repeated calls replayed from C"
             return
+        # no engine (not built, or HPCCL_NET=mpi): MPI carries device buffers through host memory, driven by
+        # the proxy thread so the caller's stream keeps its order
         from .proxy import Proxy, StreamOps
         self._transport = comm._new_net_transport()
         self.prim = Primitives(comm.rank, comm.size, {r: self._transport for r in range(comm.size)}, None,
                                self.waiter, blocking_for_device(self.device))
-        if config.get("HPCCL_CHECK_ENV") and comm.local_rank == 0 and comm.parent_ranks is None:
-            # once per node (not again for hier's sub-communicators): advice, not an error
-            from .envcheck import check_gpudirect
-            for msg in check_gpudirect():
-                log.warn("ENV", "%s", msg)
         ops = StreamOps(self.device, timeout)
         self.proxy = Proxy(ops, fail, name=f"hpccl-proxy-r{comm.rank}")
         self.path = f"network proxy over {self._transport.name}"
@@ -143,7 +142,7 @@ class DeviceSide:
 
     def _warm_up(self, comm: Any, ops: Any, cupy: Any) -> None:
         """Exchange device memory with both ring neighbours once, copy and reduce, before any stream is
-        held: UCX then has its bounce buffers, memory handles and CUDA resources, and the reduce kernel is
+        held: the transport then has its staging buffers and CUDA resources, and the reduce kernel is
         loaded (each could otherwise synchronize implicitly inside a step). Collective."""
         n, r = comm.size, comm.rank
         nb = 4 << 20

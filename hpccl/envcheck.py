@@ -180,7 +180,7 @@ def gdrcopy_found(sys_root: str = "/") -> bool:
 def loaded_ucx_module_dirs(maps_path: str = "/proc/self/maps") -> List[str]:
     """The transport-module folders (``<libdir>/ucx``) of every UCX (libucs.so) mapped in this process.
 
-    Call it after the UCX to inspect is loaded (e.g. ``libucx.load_library()``, what ucxx does), and in
+    Call it after the UCX to inspect is loaded (e.g. ``libucx.load_library()``, what the engine does), and in
     a process that has loaded no other UCX (an MPI library may bring its own)."""
     dirs: List[str] = []
     try:
@@ -222,7 +222,7 @@ def check_gpudirect(sys_root: str = "/", ucx_dirs: Optional[Sequence[str]] = Non
         msgs.append(f"the UCX in use ({', '.join(ucx_dirs)}) has no CUDA transports "
                     f"(no libuct_cuda.so): it cannot move CUDA buffers between nodes at all (neither "
                     f"GPU-Direct RDMA nor cuda_copy staging); use a UCX built --with-cuda (the "
-                    f"ucxx-cu13 wheel's, or a system UCX via RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true)")
+                    f"libucx-cu13 wheel's, or a system UCX via RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true)")
     ports = rdma_ports(sys_root)
     ib_path = _under(sys_root, IB_CLASS)
     if not ports:
@@ -241,7 +241,7 @@ def check_gpudirect(sys_root: str = "/", ucx_dirs: Optional[Sequence[str]] = Non
     devs = ", ".join(active)
     if ucx_dirs and not _has_module(ucx_dirs, "libuct_ib"):
         msgs.append(f"the UCX in use ({', '.join(ucx_dirs)}) has no InfiniBand/RoCE "
-                    f"transports (no libuct_ib.so), so despite {devs} {_NO_RDMA_FALLBACK}. The ucxx-cu13 "
+                    f"transports (no libuct_ib.so), so despite {devs} {_NO_RDMA_FALLBACK}. The libucx-cu13 "
                     f"wheel's UCX is built without verbs: use a system UCX built with verbs and CUDA "
                     f"(export RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY=true, its lib first on LD_LIBRARY_PATH)")
     if peermem_found(sys_root) is None:
@@ -316,8 +316,8 @@ def require_environment(*args, **kwargs) -> None:
                                     "\n  - ".join(msgs) + "\n(set HPCCL_CHECK_ENV=0 to skip these checks)")
 
 
-def _ucxx_module_dirs() -> Optional[List[str]]:
-    """Load the UCX that ucxx would use (libucx.load_library) and return its module folders; None when
+def _libucx_module_dirs() -> Optional[List[str]]:
+    """Load the UCX that hpccl's network engine would use (libucx.load_library) and return its module folders; None when
     the libucx package is not installed."""
     try:
         import libucx
@@ -341,14 +341,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                                             "and, with --gpu-network, GPU-Direct RDMA between nodes.")
     p.add_argument("--gpu-network", action="store_true",
                    help="the job moves CUDA buffers between nodes: check RDMA devices, the NVIDIA "
-                        "peer-memory module, GDRCopy and the UCX that ucxx loads")
+                        "peer-memory module, GDRCopy and the UCX that hpccl's engine loads")
     p.add_argument("--sys-root", default="/", help="read /sys and /dev under this folder (tests)")
     p.add_argument("--no-ucx-lib", action="store_true",
-                   help="do not load ucxx's UCX to check its transports")
+                   help="do not load the libucx wheel's UCX to check its transports")
     p.add_argument("--strict", action="store_true", help="exit 1 when any problem is reported")
     a = p.parse_args(argv)
     host = socket.gethostname()
-    ucx_dirs = None if (a.no_ucx_lib or not a.gpu_network) else _ucxx_module_dirs()
+    ucx_dirs = None if (a.no_ucx_lib or not a.gpu_network) else _libucx_module_dirs()
     if a.gpu_network:
         print(f"envcheck {host}: {describe_gpudirect(a.sys_root, ucx_dirs)}", flush=True)
     msgs = check_environment(0, 1, use_ucx=True, gpu_network=a.gpu_network, sys_root=a.sys_root,

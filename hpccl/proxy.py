@@ -1,5 +1,10 @@
-"""Network steps in stream order: a proxy thread per communicator drives UCX for GPU work, as NCCL's proxy
-does, while the caller's stream waits for it on the GPU.
+"""GPU network steps over MPI in stream order: a proxy thread per communicator drives the MPI transport for GPU
+work, as NCCL's proxy does, while the caller's stream waits for it on the GPU.
+
+Used only where MPI carries the traffic across nodes (the native engine could not load, or HPCCL_NET=mpi):
+with the engine, GPU network steps are staged on the caller's stream by hpccl/netstep.py and no proxy
+thread exists. MPI cannot be assumed CUDA-aware, so the transport stages device buffers through host
+memory (transport/mpi.py) and the proxy's thread is what keeps that host-driven work in stream order.
 
 For a step enqueued on stream S the caller (no host sync, returns at once):
   1. records an event on S (the step's inputs are ready when it completes),
@@ -7,8 +12,8 @@ For a step enqueued on stream S the caller (no host sync, returns at once):
   3. makes S wait until a word in mapped, pinned host memory reaches g (cuStreamWaitValue32; where the
      driver refuses that on host memory, a one-thread kernel polls the word instead).
 The proxy thread takes steps in call order (the same order on every rank, so no deadlock), waits for the
-event, runs the step (host algorithms over device primitives: UCX moves device memory, hpccl's kernels
-combine it, on the proxy's own stream), then writes g: S runs on. A step that fails (a peer never came:
+event, runs the step (host algorithms over device primitives: MPI moves the staged bytes, hpccl's kernels
+combine them, on the proxy's own stream), then writes g: S runs on. A step that fails (a peer never came:
 HpcclTimeoutError naming the ranks; a transport error) still writes g, so no stream stays blocked; the
 error is kept and raised by the communicator's next call or synchronize(), like ncclCommGetAsyncError.
 A CUDA graph cannot hold a host-driven step: enqueue() refuses a capturing stream before doing anything.
@@ -16,7 +21,7 @@ A CUDA graph cannot hold a host-driven step: enqueue() refuses a capturing strea
 While a stream is held, the proxy must not make a CUDA call that synchronizes implicitly (allocating
 device or pinned memory, loading a kernel): it would wait for the held stream, which waits for the proxy.
 So the kernels a step uses are loaded, the memory it allocates is reserved in the proxy stream's pool,
-and UCX's own buffers and handles are warmed up, all before the caller's stream is held.
+and the transport's staging buffers are warmed up, all before the caller's stream is held.
 """
 from __future__ import annotations
 
@@ -153,8 +158,9 @@ class Proxy:
     def check_capture(self, stream: int, what: str) -> None:
         """Refuse a capturing stream before anything is enqueued: a graph cannot replay a host step."""
         if self.ops.capturing(stream):
-            raise HpcclUnsupported(f"{what}: this call needs a network step driven by the host (UCX between "
-                                   "nodes), which a CUDA graph cannot hold; capture only single-node calls")
+            raise HpcclUnsupported(f"{what}: this call needs a network step driven by the host (MPI between "
+                                   "nodes, without hpccl's native engine), which a CUDA graph cannot hold; "
+                                   "capture only single-node calls, or use the engine")
 
     def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
         """Order ``step`` after what ``stream`` holds and before what the caller enqueues next.
@@ -164,7 +170,7 @@ class Proxy:
         the process (a first kernel load, a device allocation) wait for the step, and a caller thread
         that waits so while holding the GIL starves the proxy thread: measured as a hang on the GPU
         machine (docs/GPU.md). On the default streams the wait would, through implicit
-        synchronization, also stall UCX's own CUDA work."""
+        synchronization, also stall the step's own CUDA copies."""
         self.check_capture(stream, what)
         ev = self.ops.record(stream)
         self._gen += 1

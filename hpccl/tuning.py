@@ -2,8 +2,9 @@
 
 One Tuner per communicator serves both memory kinds: host algorithms are priced on the communicator's
 path ('shm', or the network's 'mpi'/'ucx'); GPU kernels on one node by KERNEL_MODELS ('cuda' path);
-GPU network schedules on the device network path ('ucx_cuda': UCX moving device memory, plus the proxy's
-hand-off); hier by the sum of its node steps and its network step.
+GPU network schedules on the device network path ('ucx_cuda': device memory across nodes on the native
+engine's staged steps; over MPI, the 'mpi' terms with twice the latency for the proxy's hand-off); hier by
+the sum of its node steps and its network step.
 Terms per path (seconds, seconds per byte) were fitted to hpccl-perf sweeps with HPCCL_ALGO forced
 (docs/PERFORMANCE.md, docs/NETWORK.md); HPCCL_TUNING_FILE replaces them and HPCCL_ALGO overrides the
 choice."""
@@ -35,7 +36,7 @@ DEFAULTS: Dict[str, Path] = {
     "mpi": Path(alpha=60e-6, beta=1 / 1.5e9, red=1 / 4e9, bar=60e-6),
     "ucx": Path(alpha=40e-6, beta=1 / 2e9, red=1 / 4e9, bar=40e-6),
     "cuda": Path(alpha=12e-6, beta=1 / 300e9, red=1 / 1500e9, bar=6e-6),
-    # device memory over UCX between nodes, a step handed over by the proxy thread (docs/NETWORK.md)
+    # device memory between nodes over UCX (the native engine's staged steps; the name is kept for tuning files)
     "ucx_cuda": Path(alpha=60e-6, beta=1 / 3e9, red=1 / 300e9, bar=60e-6),
 }
 

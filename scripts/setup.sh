@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with hpccl (editable), an MPI (the PyPI mpich wheel), UCX (ucxx), the test tools and the
-# baselines.
+# Create .venv with hpccl (editable), an MPI (the PyPI mpich wheel), UCX (the libucx wheel, for the native
+# network engine), the test tools and the baselines.
 # Usage: scripts/setup.sh            (idempotent; re-run after pulling)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -55,5 +55,6 @@ def test_info_prints_config_and_topology():
     assert proc.returncode == 0, proc.stdout
     assert "HPCCL_TIMEOUT" in proc.stdout and "17.0" in proc.stdout and "[env]" in proc.stdout
     assert "ranks 2, nodes 2" in proc.stdout
+    assert "network path: hpccl's native engine" in proc.stdout, proc.stdout[-3000:]  # the one network stack
     lanes = re.search(r"network lanes for GPU steps: (\d+) \(HPCCL_NET_LANES=0, auto", proc.stdout)
     assert lanes and 1 <= int(lanes.group(1)) <= 4, proc.stdout[-3000:]

@@ -32,8 +32,6 @@ def test_skipped_collective_times_out_naming_the_missing_rank(n, algo):
     assert shm_leftovers() == []
 
 
-_UCX = importlib.util.find_spec("ucxx") is not None
-_NO_UCX = "ucxx is not installed (pip install hpccl[ucx]); the MPI and shared-memory cases still run"
 _ENGINE = importlib.util.find_spec("hpccl._netengine") is not None
 _NO_ENGINE = "hpccl's network engine is not built (no UCX headers at install); the other cases still run"
 
@@ -41,8 +39,7 @@ _NO_ENGINE = "hpccl's network engine is not built (no UCX headers at install); t
 _IF_ENGINE = pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)
 
 
-@pytest.mark.parametrize("n,net,algo", [(3, "mpi", "ring"), (4, "mpi", "ring"), pytest.param(
-    4, "ucxx", "ring", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
+@pytest.mark.parametrize("n,net,algo", [(3, "mpi", "ring"), (4, "mpi", "ring"),
     pytest.param(3, "engine", "ring", marks=_IF_ENGINE), pytest.param(4, "engine", "ring", marks=_IF_ENGINE),
     pytest.param(3, "engine", "hot", marks=_IF_ENGINE), pytest.param(4, "engine", "hot", marks=_IF_ENGINE)])
 def test_network_timeout_names_the_rank_that_never_arrived(n, net, algo):
@@ -65,18 +62,16 @@ def test_network_timeout_names_the_rank_that_never_arrived(n, net, algo):
 
 
 @pytest.mark.parametrize("layout", ["shm", "mpi", "hier-mpi",
-                                    pytest.param("ucxx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
-                                    pytest.param("hier-ucxx", marks=pytest.mark.skipif(not _UCX, reason=_NO_UCX)),
                                     pytest.param("engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
                                     pytest.param("hier-engine", marks=pytest.mark.skipif(not _ENGINE,
                                                                                          reason=_NO_ENGINE))])
 def test_abort_reaches_every_peer_naming_the_failed_rank(layout):
     """A rank that fails between collectives: every peer inside the next one fails within a second (not
-    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI, ucxx and the engine, and
+    HPCCL_TIMEOUT) with HpcclRemoteError naming it, on shared memory, over MPI and the engine, and
     through hier."""
     env = {"HPCCL_TIMEOUT": "30"}
     net = layout.split("-")[-1]
-    if layout in ("mpi", "ucxx", "engine"):
+    if layout in ("mpi", "engine"):
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET=net)
     elif layout.startswith("hier"):
         env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=net)
@@ -130,9 +125,8 @@ def test_rank_that_never_calls_init_gives_timeout_not_hang():
     assert all(row["missing"] == [2] for row in rows), rows
 
 
-@pytest.mark.parametrize("n,layout", [(3, "node"), (4, "node"), pytest.param(3, "ucxx-tcp", marks=pytest.mark.skipif(
-    not _UCX, reason=_NO_UCX)), pytest.param(3, "engine-tcp", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)),
-    pytest.param(4, "engine-tcp", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
+@pytest.mark.parametrize("n,layout", [(3, "node"), (4, "node"), pytest.param(3, "engine-tcp", marks=_IF_ENGINE),
+                                      pytest.param(4, "engine-tcp", marks=_IF_ENGINE)])
 def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     """A rank SIGKILLed inside a collective (ranks started as plain processes, so the survivors live on):
     every survivor fails within a second (HPCCL_TIMEOUT is 30 s) naming exactly the dead rank, seen gone
@@ -140,7 +134,7 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     passed on as the abort of the rank that saw it. Nothing left in /dev/shm or running."""
     import subprocess
     env = {"HPCCL_TIMEOUT": "30"}
-    if layout.endswith("-tcp"):  # ucxx, or hpccl's engine
+    if layout.endswith("-tcp"):  # hpccl's engine
         env.update(HPCCL_NODE_ID="split:1", HPCCL_UCX_TLS="tcp,self", HPCCL_NET=layout.split("-")[0])
     procs = start_plain(n, "tests/scripts/die_peer.py", tmp_path, env)
     outs = [p.communicate(timeout=120)[0] for p in procs]
@@ -157,10 +151,8 @@ def test_dead_rank_is_named_at_once(n, layout, tmp_path):
     assert left.strip() == "", left
 
 
-@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi"), pytest.param(4, "hier-ucxx", marks=pytest.mark.skipif(
-    not _UCX, reason=_NO_UCX)), pytest.param(4, "hier-engine", marks=pytest.mark.skipif(not _ENGINE,
-                                                                                        reason=_NO_ENGINE)),
-    pytest.param(3, "engine", marks=pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE))])
+@pytest.mark.parametrize("n,layout", [(3, "shm"), (4, "shm"), (4, "mpi"), pytest.param(4, "hier-engine", marks=_IF_ENGINE),
+                                      pytest.param(3, "engine", marks=_IF_ENGINE)])
 def test_shrink_after_a_stopped_rank(n, layout):
     """The last rank is SIGSTOPped: the others fail within HPCCL_TIMEOUT (+ the MPI survey) naming it (or
     the abort of the survivor that timed out first), shrink it away with no collective over it, and run
@@ -168,8 +160,8 @@ def test_shrink_after_a_stopped_rank(n, layout):
     env = {"HPCCL_TIMEOUT": "2"}
     if layout == "mpi":
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="mpi")
-    elif layout in ("hier-ucxx", "hier-engine"):  # 2 nodes x 2 ranks, UCX between; the survivors are 2 + 1
-        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET=layout.split("-")[1])
+    elif layout == "hier-engine":  # 2 nodes x 2 ranks, the engine between; the survivors are 2 + 1
+        env.update(HPCCL_NODE_ID="split:2", HPCCL_NET="engine")
     elif layout == "engine":  # every rank its own node, the engine between
         env.update(HPCCL_NODE_ID="split:1", HPCCL_NET="engine")
     proc = run_mpi(n, ["tests/scripts/shrink_after_stop.py"], env=env, timeout=120)

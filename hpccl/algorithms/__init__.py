@@ -2,8 +2,8 @@
 
 An entry's ``fn`` runs on host memory over hpccl.primitives; ``cuda`` runs on device memory: either a GPU
 kernel over peer memory (scope 'node': ranks of one node) or the same host schedule over device
-primitives driven by the network proxy (scope 'net': every peer across the network, UCX moving device
-memory). 'hier' (hier.py) composes node steps and a network step and serves both kinds."""
+primitives driven by the network path (scope 'net': every peer across the network; each exchange a staged
+step on the native engine, or over MPI a step of the proxy thread). 'hier' (hier.py) composes node steps and a network step and serves both kinds."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -44,7 +44,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     lines: List[str] = []
     say = lines.append
     say(f"hpccl {hpccl.__version__} on Python {platform.python_version()} ({sys.executable})")
-    for mod in ("numpy", "mpi4py", "ml_dtypes", "cupy", "torch", "ucxx", "pynvml"):
+    for mod in ("numpy", "mpi4py", "ml_dtypes", "cupy", "torch", "libucx", "pynvml"):
         say(f"  {mod:<10} {_version(mod)}")
     say(f"  MPI        {one_line(MPI.Get_library_version())}")
     from hpccl import hotpath
@@ -58,7 +58,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             f"calls with every rank its own node in C up to HPCCL_NET_HOT_SIZE="
             f"{config.get('HPCCL_NET_HOT_SIZE')} bytes" + ("" if config.get("HPCCL_NET_HOT_SIZE") > 0 else " (off)"))
     except ImportError as exc:
-        say(f"  network    native engine not available ({exc}): calls across nodes take the ucxx or MPI path")
+        say(f"  network    native engine not available ({exc}): calls across nodes take the slower MPI path")
     say("configuration (HPCCL_*; source env or default):")
     for name, value, source, doc in config.describe():
         say(f"  {name:<24} = {str(value)!r:<14} [{source}]  {doc}")
@@ -69,10 +69,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         say("UCX wire settings hpccl gives its own context: "
             + (" ".join(f"UCX_{k}={v}" for k, v in wire.items()) or "none")
             + (f"; the user's: {' '.join(f'{k}={v}' for k, v in user.items())}" if user else ""))
-    except Exception as exc:  # noqa: BLE001 - no ucxx: nothing goes over UCX
+    except Exception as exc:  # noqa: BLE001 - a bad HPCCL_UCX_TCP_TUNE: say so, the rest still prints
         say(f"UCX: not usable ({type(exc).__name__}: {exc})")
     say("topology:")
     say(f"  ranks {comm.size}, nodes {comm.num_nodes}, host path '{comm._path}'")
+    from hpccl.transport.select import net_path
+    say(f"  network path: {net_path(comm)}")
     for node in range(comm.num_nodes):
         say(f"  node {node} ({comm.nodes.node_names[node]}): ranks {comm.nodes.ranks_on(node)}")
     eng = comm._table.find("engine") if comm.num_nodes > 1 else None

@@ -1,6 +1,8 @@
-"""Which transports a communicator uses (its transport table's message rows), chosen once at set-up: shared memory inside a node (unless
-HPCCL_TRANSPORT=mpi or the CPU's memory ordering rules it out), and the network engine, ucxx or MPI between
-nodes, the same on every rank. Functions of the communicator being built (the fields they read)."""
+"""Which transports a communicator uses (its transport table's message rows), chosen once at set-up: shared
+memory inside a node (unless HPCCL_TRANSPORT=mpi or the CPU's memory ordering rules it out), and between
+nodes one network stack, the native engine (transport/engine.py), or MPI where the engine cannot load or
+HPCCL_NET=mpi asks for it; the same on every rank. Functions of the communicator being built (the fields
+they read)."""
 from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
@@ -40,9 +42,28 @@ def node_transport(comm: Any, force: str, local: List[int], tag: str) -> Tuple[O
     return None, force == "mpi"
 
 
+#: HPCCL_NET's accepted values: '' (the engine, else MPI with one warning), 'ucx' and 'engine' (the engine,
+#: or an error naming why it cannot load), 'mpi'
+NET_CHOICES = ("", "ucx", "engine", "mpi")
+
+
+def net_choice() -> str:
+    """HPCCL_NET, checked. 'ucxx' (the removed ucxx transport, issue 34) is refused with a message that
+    names what replaces it, so an old job script fails at init instead of silently taking another path."""
+    want = config.get("HPCCL_NET")
+    if want == "ucxx":
+        raise HpcclInvalidArgument("HPCCL_NET", "'ucxx': the ucxx transport was removed; across nodes hpccl "
+                                   "uses its native engine (HPCCL_NET=engine or ucx, or unset) or MPI "
+                                   "(HPCCL_NET=mpi)")
+    if want not in NET_CHOICES:
+        raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not ucx, engine or mpi (or unset)")
+    return want
+
+
 def net_transport(comm: Any) -> Optional[Transport]:
     """The transport to ranks that shared memory does not reach: None on one node (unless
-    HPCCL_TRANSPORT=mpi), else UCX when it loads (HPCCL_NET=ucx insists), else MPI."""
+    HPCCL_TRANSPORT=mpi), else the native engine when it loads (HPCCL_NET=ucx/engine insists), else MPI."""
+    comm._net_note = "one node: no network" if comm.num_nodes == 1 and not comm._force_mpi else ""
     if comm.num_nodes == 1 and not comm._force_mpi:
         return None
     t = new_net_transport(comm)
@@ -51,46 +72,50 @@ def net_transport(comm: Any) -> Optional[Transport]:
     return t
 
 
+def engine_problem() -> str:
+    """Why hpccl's native network engine cannot load in this process ('' when it can)."""
+    try:
+        from .engine import EngineTransport  # noqa: F401
+    except ImportError as exc:
+        return str(exc) or type(exc).__name__
+    return ""
+
+
 def new_net_transport(comm: Any) -> Transport:
-    """A network transport of its own to every rank (collective): hpccl's native engine when it loads
-    (HPCCL_NET=engine insists), else ucxx (HPCCL_NET=ucxx insists; ucx: either), else MPI. Every rank takes the same
-    path (an agreement over the bootstrap), warning once when the engine is missing."""
-    want = config.get("HPCCL_NET")
-    if want not in ("", "ucx", "engine", "ucxx", "mpi"):
-        raise HpcclInvalidArgument("HPCCL_NET", f"{want!r} is not ucx, engine, ucxx or mpi")
-    t: Optional[Transport] = None
-    why = ""
-    if comm.num_nodes > 1 and want in ("", "ucx", "engine"):
-        try:
-            from .engine import EngineTransport
-        except ImportError as exc:
-            why = str(exc)
-        everyone = comm._boot.allgather(why)
+    """A network transport of its own to every rank (collective): hpccl's native engine when it loads on
+    every rank (HPCCL_NET=ucx or engine insists), else MPI. Every rank takes the same path (an agreement over
+    the bootstrap); rank 0 warns once per communicator when the engine is missing, naming why."""
+    want = net_choice()
+    if comm.num_nodes > 1 and want != "mpi":
+        everyone = comm._boot.allgather(engine_problem())
         missing = [r for r, w in enumerate(everyone) if w]
-        if missing:
-            if want == "engine":
-                raise HpcclUnsupported(f"HPCCL_NET=engine but the network engine cannot load on rank(s) "
-                                       f"{missing}: {everyone[missing[0]]}")
-            if comm.rank == 0 and comm.parent_ranks is None:
-                log.warn("TRANSPORT", "the native network engine is not in use (rank(s) %s: %s); calls "
-                         "across nodes take the slower ucxx/MPI path", missing, everyone[missing[0]])
-        else:
-            t = EngineTransport(comm._boot, comm.rank, list(comm.nodes.node_of))
-    if t is None and comm.num_nodes > 1 and want in ("", "ucx", "ucxx"):
-        try:
-            from .ucx import UcxTransport
-        except ImportError as exc:
-            if want in ("ucx", "ucxx"):
-                raise HpcclUnsupported(f"HPCCL_NET={want} but neither the network engine nor the ucxx "
-                                       f"transport can load: {exc}") from None
-        else:
-            t = UcxTransport(comm._boot, comm.rank)
-    if t is None:
-        if comm._boot.comm is None:
-            raise HpcclUnsupported("ranks on different nodes need the UCX transport (pip install "
-                                   "hpccl[ucx]) when the communicator was not built over MPI")
-        t = MpiTransport(comm._boot.comm.Dup())
-    return t
+        if not missing:
+            from .engine import EngineTransport
+            comm._net_note = "hpccl's native engine"
+            return EngineTransport(comm._boot, comm.rank, list(comm.nodes.node_of))
+        why = f"rank(s) {missing}: {everyone[missing[0]]}"
+        if want in ("ucx", "engine"):
+            raise HpcclUnsupported(f"HPCCL_NET={want} but the network engine cannot load on {why}")
+        if comm.rank == 0 and comm.parent_ranks is None and not comm._net_warned:
+            log.warn("TRANSPORT", "the native network engine is not in use (%s); calls across nodes take "
+                     "the slower MPI path", why)
+        comm._net_warned = True  # once per communicator (its GPU side asks again)
+        comm._net_note = f"MPI: the native engine cannot load ({why})"
+    elif comm.num_nodes == 1:
+        comm._net_note = "MPI within one node (shared memory not in use: HPCCL_TRANSPORT=mpi or the CPU's " \
+                         "memory ordering)"
+    else:
+        comm._net_note = "MPI (HPCCL_NET=mpi)"
+    if comm._boot.comm is None:
+        raise HpcclUnsupported("ranks on different nodes need hpccl's native network engine (built against "
+                               "UCX at install: pip install hpccl[ucx]) when the communicator was not built "
+                               "over MPI")
+    return MpiTransport(comm._boot.comm.Dup())
+
+
+def net_path(comm: Any) -> str:
+    """Which network path ``comm``'s calls across nodes take, and why (hpccl-info, the INIT log)."""
+    return comm._net_note or "unknown"
 
 
 def check_env(comm: Any, shm: Optional[ShmTransport]) -> None:

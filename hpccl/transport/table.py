@@ -1,5 +1,5 @@
 """A communicator's one transport table: every way it moves bytes (shared-memory messages, single-copy
-reads between processes, the network engine, ucxx or MPI, CUDA IPC peer memory, registered buffers), and
+reads between processes, the native network engine or MPI, CUDA IPC peer memory, registered buffers), and
 which peers each reaches. It is filled at set-up (transport/select.py) and when the GPU side starts
 (device.py). The message transports the algorithms' primitives send through are read from it, peer by
 peer, and so are the ones that carry announcements, aborts and closing."""

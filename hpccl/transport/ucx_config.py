@@ -1,6 +1,6 @@
-"""UCX settings shared by hpccl's two UCX paths (the native engine, hpccl/_netcore.c, and the ucxx
-transport): the transports to use, whether endpoints can detect a dead peer, the TCP settings for bulk
-steps, and what a wrong UCX_NET_DEVICES means on this host."""
+"""UCX settings of hpccl's native network engine (transport/engine.py, hpccl/_netcore.c), kept apart from the
+engine so they are testable without it: the transports to use, the TCP settings for bulk steps, what a
+wrong UCX_NET_DEVICES means on this host, and the collective set-up check and wire-up deadline."""
 from __future__ import annotations
 
 import os
@@ -9,11 +9,6 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .. import config, log
 
-#: transports whose endpoints support UCX's peer-failure handling; with only these (plus self) in
-#: UCX_TLS, endpoints are created with error handling on, so a dead peer fails a request cleanly.
-#: Shared-memory and CUDA transports (sm, posix, sysv, cma, knem, xpmem, cuda_ipc) lack it: with them
-#: (or UCX_TLS unset) error handling is off, or UCX would silently drop them.
-_EH_SAFE = re.compile(r"^(self|tcp|ib|rc|rc_[a-z0-9]+|dc|dc_[a-z0-9]+|ud|ud_[a-z0-9]+|sockcm|rdmacm)$")
 _RESOURCE = re.compile(r"resource\s+\d+\s*:.*?--\s*(\S+)/(\S+)")
 #: UCX transports that are not networks (UCX_NET_DEVICES does not apply to them)
 _NOT_NET = re.compile(r"^(self|posix|sysv|cma|knem|xpmem|cuda_copy|cuda_ipc|gdr_copy|rocm_\w+|ze_\w+)$")
@@ -38,13 +33,6 @@ def _tls() -> str:
     if env:
         return env
     return config.get("HPCCL_UCX_TLS")
-
-
-def _error_handling(tls: str) -> bool:
-    names = [t.strip().lower() for t in tls.split(",") if t.strip()]
-    if not names or names[0].startswith("^") or "all" in names:
-        return False
-    return all(_EH_SAFE.match(n) for n in names)
 
 
 def _os_devices() -> List[str]:

@@ -31,7 +31,7 @@ echo "$ spack repo add $repo"
 "$spack" repo add --scope=user "$repo"
 echo "$ spack repo list"
 "$spack" repo list
-for pkg in py-hpccl py-ucxx libucxx; do
+for pkg in py-hpccl; do
     echo "$ spack info $pkg"
     "$spack" info "$pkg"
 done

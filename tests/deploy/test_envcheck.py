@@ -279,7 +279,7 @@ def test_cli_gpu_network(monkeypatch, tmp_path, capsys):
 
 
 def test_module_entry_point_and_wheel_ucx(tmp_path):
-    """python -m hpccl.envcheck runs; where the ucxx wheel's UCX is installed, it is read for real."""
+    """python -m hpccl.envcheck runs; where the libucx wheel's UCX is installed, it is read for real."""
     import subprocess
     import sys
     root = make_sys(tmp_path, IB_UP, peermem="sys/module/nvidia_peermem")
@@ -295,7 +295,7 @@ def test_module_entry_point_and_wheel_ucx(tmp_path):
         import libucx  # noqa: F401
     except ImportError:
         return
-    # the ucxx-cu13 wheel's UCX (libucx) has CUDA transports but no verbs: say so despite the HCAs
+    # the libucx-cu13 wheel's UCX has CUDA transports but no verbs: say so despite the HCAs
     if "libucx/lib/ucx" in out.stdout and "RAPIDS_LIBUCX_PREFER_SYSTEM_LIBRARY" not in os.environ:
         assert "UCX modules in" in out.stdout and ": cuda" in out.stdout, out.stdout
         assert "no libuct_ib.so" in out.stdout, out.stdout

@@ -11,7 +11,7 @@ import pytest
 from deployutil import REPO
 
 SPACK = REPO / "spack"
-PACKAGES = {"py-hpccl": "PyHpccl", "py-ucxx": "PyUcxx", "libucxx": "Libucxx"}
+PACKAGES = {"py-hpccl": "PyHpccl"}
 
 
 class Recorder:
@@ -95,8 +95,9 @@ def test_py_hpccl_directives():
     _, calls, _ = load_package("py-hpccl", 2)
     deps = {(c[1][0], c[3]) for c in calls if c[0] == "depends_on"}
     names = {d[0].split("@")[0].split("+")[0] for d in deps}
-    for need in ("mpi", "py-mpi4py", "py-numpy", "py-ml-dtypes", "py-nvidia-ml-py", "py-ucxx", "python"):
+    for need in ("mpi", "py-mpi4py", "py-numpy", "py-ml-dtypes", "py-nvidia-ml-py", "python"):
         assert need in names, need
+    assert not names & {"py-ucxx", "libucxx"}, names  # the ucxx transport is gone: UCX alone, for the engine
     assert ("py-cupy+cuda cuda_arch=90", "+cuda cuda_arch=90") in deps
     assert ("py-nvidia-ml-py", "+cuda") in deps
     ucx = [d for d in deps if d[0].startswith("ucx")]
@@ -147,5 +148,6 @@ def test_real_spack_concretizes():
     ucx = next(line for line in spec.splitlines() if "^ucx@" in line)
     for v in ("+cuda", "+gdrcopy", "+verbs", "+rc", "+dc", "+mlx5_dv", "+rdmacm"):
         assert v in ucx, (v, ucx)
-    for dep in ("^py-cupy@", "^py-mpi4py@", "^py-ucxx@", "^libucxx@", "^py-nvidia-ml-py@", "^py-ml-dtypes@"):
+    for dep in ("^py-cupy@", "^py-mpi4py@", "^py-nvidia-ml-py@", "^py-ml-dtypes@"):
         assert dep in spec, dep
+    assert "^py-ucxx@" not in spec and "^libucxx@" not in spec, spec

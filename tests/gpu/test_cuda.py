@@ -3,8 +3,8 @@ counts, every algorithm the table offers on this layout, p2p and groups, stream 
 
 Collective: run under MPI (`mpirun -n 2 python -m pytest tests/gpu -x -q`); every rank runs the same
 tests in the same order. The same file covers one node (GPU kernels over peer memory) and emulated
-multi-node layouts (HPCCL_NODE_ID=split:K: hier = node kernels + UCX network step, or flat schedules over
-UCX on the network proxy). HPCCL_TEST_QUICK=1 trims the matrix (4 ranks sharing 2 GPUs time-slice)."""
+multi-node layouts (HPCCL_NODE_ID=split:K: hier = node kernels + a network step, or flat schedules across
+nodes: staged on the native engine, or with HPCCL_NET=mpi on the network proxy over MPI). HPCCL_TEST_QUICK=1 trims the matrix (4 ranks sharing 2 GPUs time-slice)."""
 from __future__ import annotations
 
 import os

@@ -307,7 +307,7 @@ def test_barrier(comm):
 
 
 def test_transport_choice_follows_configuration(comm):
-    """HPCCL_TRANSPORT=mpi keeps every peer on MPI (even with ucxx installed); one node otherwise uses
+    """HPCCL_TRANSPORT=mpi keeps every peer on MPI (even with the network engine built); one node otherwise uses
     shared memory; several nodes use the network transport for ranks of other nodes."""
     from hpccl.transport.mpi import MpiTransport
     from hpccl.transport.shm import ShmTransport

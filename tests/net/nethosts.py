@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WRAP = ROOT / "tests" / "scripts" / "netns_exec.sh"
 SUBNET = "10.77.0"
 DEV = "net0"  # the interface name inside every host namespace (so UCX_NET_DEVICES=net0 fits all)
-UCX_PIP = ["ucxx-cu13", "libucx-cu13==1.20.1"]
+UCX_PIP = ["libucx-cu13==1.20.1"]  # the UCX hpccl's native engine loads (pinned to the MPI wheels' UCX)
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -42,16 +42,16 @@ def ensure_iproute2() -> None:
         pytest.skip("unshare (util-linux) is missing")
 
 
-def ensure_ucxx() -> None:
-    """ucxx importable by this interpreter (after importing MPI, the order hpccl uses); pip-installs the
-    pinned wheels if missing; skip only when that is impossible."""
-    check = [sys.executable, "-c", "from mpi4py import MPI; import ucxx._lib.libucxx"]
+def ensure_libucx() -> None:
+    """The libucx wheel's UCX loadable by this interpreter (after importing MPI, the order hpccl uses), as the
+    native engine loads it; pip-installs the pinned wheel if missing; skip only when that is impossible."""
+    check = [sys.executable, "-c", "from mpi4py import MPI; import libucx; libucx.load_library()"]
     if subprocess.run(check, capture_output=True, cwd="/").returncode == 0:
         return
     inst = subprocess.run([sys.executable, "-m", "pip", "install", "-q", *UCX_PIP], capture_output=True, text=True)
     r = subprocess.run(check, capture_output=True, text=True, cwd="/")
     if r.returncode != 0:
-        pytest.skip(f"ucxx cannot be installed/imported here (pip install {' '.join(UCX_PIP)}: "
+        pytest.skip(f"libucx cannot be installed/loaded here (pip install {' '.join(UCX_PIP)}: "
                     f"{(inst.stderr or r.stderr).strip()[-400:]})")
 
 

@@ -23,7 +23,7 @@ from typing import Dict, List
 
 import pytest
 
-from nethosts import ROOT, Hosts, ensure_iproute2, ensure_ucxx, start_on_hosts
+from nethosts import ROOT, Hosts, ensure_iproute2, ensure_libucx, start_on_hosts
 from mpirun import results
 
 SCRIPT = "tests/scripts/net_fail.py"
@@ -43,7 +43,7 @@ def _engine_available() -> None:
     probe = [sys.executable, "-c", "import hpccl.transport.engine"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if subprocess.run(probe, capture_output=True, cwd="/", env=env).returncode != 0:
-        ensure_ucxx()  # installs the libucx wheel the engine loads
+        ensure_libucx()  # installs the libucx wheel the engine loads, if missing
         r = subprocess.run(probe, capture_output=True, text=True, cwd="/", env=env)
         if r.returncode != 0:
             pytest.skip(f"hpccl's network engine does not load here: {r.stderr.strip()[-400:]}")

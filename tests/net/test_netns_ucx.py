@@ -1,6 +1,7 @@
 """hpccl across real separate hosts: network namespaces on one machine, each with its own IP address and
-hostname, MPI bootstrap, UCX over TCP between them (UCX_TLS=tcp,self). The veth byte counters prove the
-data crossed the links. Needs root (ip netns) and ucxx (installed here if missing)."""
+hostname, MPI bootstrap, hpccl's native engine over UCX's TCP between them (UCX_TLS=tcp,self). The veth
+byte counters prove the data crossed the links. Needs root (ip netns) and the libucx wheel the engine loads
+(installed here if missing)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,7 @@ import subprocess
 
 import pytest
 
-from nethosts import ROOT, Hosts, ensure_iproute2, ensure_ucxx, run_on_hosts
+from nethosts import ROOT, Hosts, ensure_iproute2, ensure_libucx, run_on_hosts
 from mpirun import PYTEST_MPI_ARGS, check_sub_suite
 
 LAYOUTS = [(2, 2), (3, 1)]  # (hosts, ranks per host)
@@ -26,7 +27,7 @@ def _results(stdout: str):
 @pytest.fixture(scope="module")
 def hosts():
     ensure_iproute2()
-    ensure_ucxx()
+    ensure_libucx()
     h = Hosts(3)
     try:
         yield h.create()

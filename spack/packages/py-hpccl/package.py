@@ -27,7 +27,8 @@ class PyHpccl(PythonPackage, CudaPackage):
     # 'spack install --test=root' and 'spack test run' import these (no GPU or MPI job needed)
     import_modules = ["hpccl", "hpccl.envcheck", "hpccl.cli.info", "hpccl._hotpath"]
 
-    variant("ucx", default=False, description="Inter-node transport over UCX (ucxx), GPUDirect RDMA")
+    variant("ucx", default=False,
+            description="hpccl's native network engine over UCX between nodes (else MPI), GPUDirect RDMA")
 
     # GPU kernels are compiled by NVRTC at run time for the GPUs found, so cuda_arch only has to
     # match what CuPy (and UCX) are built for; like py-cupy, a +cuda build must name one.
@@ -52,12 +53,11 @@ class PyHpccl(PythonPackage, CudaPackage):
                        when=f"cuda_arch={_arch}")
 
     with when("+ucx"):
+        # the native network engine (hpccl._netengine) is built and linked against this UCX
         depends_on("ucx+verbs+rc+dc+mlx5_dv+rdmacm+thread_multiple")
-        depends_on("py-ucxx", type=("build", "run"))
     with when("+ucx+cuda"):
         for _arch in CudaPackage.cuda_arch_values:
             depends_on(f"ucx+cuda+gdrcopy cuda_arch={_arch}", when=f"cuda_arch={_arch}")
-            depends_on(f"py-ucxx+cuda cuda_arch={_arch}", when=f"cuda_arch={_arch}")
 
     def setup_build_environment(self, env):
         # setup.py builds the native network engine (hpccl._netengine) against Spack's UCX
