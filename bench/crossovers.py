@@ -9,7 +9,7 @@ import argparse
 import json
 from collections import defaultdict
 
-from hpccl.tuning import Tuner
+from hpccl.core.tuning import Tuner
 
 
 def main() -> None:

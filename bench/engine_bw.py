@@ -1,4 +1,4 @@
-"""Bandwidth of hpccl's network engine alone (hpccl/_netengine.c over UCX), no GPU and no schedule: 2 ranks
+"""Bandwidth of hpccl's network engine alone (hpccl/csrc/_netengine.c over UCX), no GPU and no schedule: 2 ranks
 on 2 nodes (HPCCL_NODE_ID=split:1 on one machine, or real nodes) swap MSG bytes both ways at once, cut into
 K messages posted together, REPS times; GB/s per direction (median). Tells the wire and the engine apart
 from the staging and the schedule of a collective.

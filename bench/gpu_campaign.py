@@ -274,7 +274,7 @@ def main() -> int:
     torch: Any = None
     if gpu:
         import cupy
-        from hpccl.device import rank_device
+        from hpccl.gpu.device import rank_device
         dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
         cupy.cuda.Device(dev).use()
         try:

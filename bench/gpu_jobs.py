@@ -38,7 +38,7 @@ def main() -> int:
     import cupy as cp
 
     import hpccl
-    from hpccl.device import rank_device
+    from hpccl.gpu.device import rank_device
     comm = hpccl.init()
     cp.cuda.Device(rank_device(comm.local_rank, cp.cuda.runtime.getDeviceCount())).use()
     n, me = comm.size, comm.rank

@@ -31,7 +31,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # libucx 1.20.1 for the native network e
     .whl/*.whl && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
-# the compiled hot path (hpccl/_hotpath.c) for this machine's Python, as pip install would build it
+# the compiled hot path (hpccl/csrc/_hotpath.c) for this machine's Python, as pip install would build it
 python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 && echo "hot path: built" \
   || { echo "hot path: not built"; tail -5 /tmp/build_ext.log; }
 # Debian's Open MPI would load the system UCX beside the wheel's: keep MPI on its own transports

@@ -13,7 +13,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH=$PWD:$PWD/tests/gpu${PYTHONPATH:+:$PYTHONPATH}
 python3 setup.py -q build_ext --inplace >/tmp/build_ext.log 2>&1 && echo "native parts: built" || tail -5 /tmp/build_ext.log
-python3 -c "import hpccl.hotpath as h, hpccl.transport.engine as e; print('hot path', h.available())"
+python3 -c "import hpccl.host.hotpath as h, hpccl.transport.engine as e; print('hot path', h.available())"
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log CUDA_VISIBLE_DEVICES=0
 if ! echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1; then  # not already started by the caller

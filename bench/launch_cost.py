@@ -1,5 +1,5 @@
 """Host time to issue a repeated GPU all_reduce (the launch-snapshot fast path), with the driver calls made
-by the compiled extension (hpccl/_hotpath.c) against the same calls through ctypes, alternating in one run.
+by the compiled extension (hpccl/csrc/_hotpath.c) against the same calls through ctypes, alternating in one run.
 Issues fewer calls than the launch queue holds, so the GPU's own time does not enter the host timing.
 Run: mpirun -n 2 python bench/launch_cost.py   (one or two GPUs)."""
 import time
@@ -16,7 +16,7 @@ for _ in range(20):
 comm.synchronize()
 eng = comm._dev.engine
 compiled = eng.compiled_launch
-assert compiled is not None, "hpccl/_hotpath.c is not built here, or HPCCL_COMPILED_LAUNCH is 0"
+assert compiled is not None, "hpccl/csrc/_hotpath.c is not built here, or HPCCL_COMPILED_LAUNCH is 0"
 calls, rounds = 200, 10
 res = {"compiled": [], "ctypes": []}
 for i in range(2 * rounds):

@@ -22,7 +22,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 COLLS = ("all_reduce", "broadcast", "all_gather")
-#: hpccl's network paths: the engine with its compiled path for small calls (hpccl/_nethot.c, the default),
+#: hpccl's network paths: the engine with its compiled path for small calls (hpccl/csrc/_nethot.c, the default),
 #: and the engine with Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs
 #: (docs/PERFORMANCE.md) was removed in issue 34
 NAMES = ("engine", "engine-py")

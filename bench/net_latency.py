@@ -4,7 +4,7 @@ every rank is its own node and talks over the network engine), against the MPI l
     HPCCL_NODE_ID=split:1 UCX_TLS=tcp,self MPIR_CVAR_NOLOCAL=1 mpiexec -n 2 python bench/net_latency.py [--bytes 8]
 
 Prints hpccl's and MPI's time per call (mean of --calls calls after --warmup) and which path hpccl used:
-the compiled path across nodes (hpccl/_nethot.c) unless HPCCL_NET_HOT_SIZE=0."""
+the compiled path across nodes (hpccl/csrc/_nethot.c) unless HPCCL_NET_HOT_SIZE=0."""
 from __future__ import annotations
 
 import argparse

@@ -43,7 +43,7 @@ def patterns(comm, dev, reps: int) -> None:
 def main() -> int:
     import cupy
     import hpccl
-    from hpccl.device import rank_device
+    from hpccl.gpu.device import rank_device
     from hpccl.errors import HpcclError
     comm = hpccl.Communicator()
     dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())

@@ -1,19 +1,19 @@
-"""Scaling model: hpccl's cost model (hpccl.tuning.MODELS) run as a simulation for 2..1024 nodes x 8 GPUs,
+"""Scaling model: hpccl's cost model (hpccl.core.tuning.MODELS) run as a simulation for 2..1024 nodes x 8 GPUs,
 NVLink inside a node and InfiniBand NDR between nodes (8 NICs x ~48 GB/s per node, one per GPU, as on
 rail-optimised H100/H200 systems). Prints markdown tables and writes a plot.
 
     python bench/scaling_model.py [--png docs/perf/scaling_model.png] [--markdown out.md]
 
 Paths (alpha: per message step, beta: seconds per byte, red: seconds per reduced byte, bar: barrier):
-    nvlink  hpccl.tuning.DEFAULTS['cuda'] (fitted on 2x H200: ~12 us a step from Python, ~300 GB/s)
+    nvlink  hpccl.core.tuning.DEFAULTS['cuda'] (fitted on 2x H200: ~12 us a step from Python, ~300 GB/s)
     ib      alpha 15 us (hpccl's ~12 us host cost per step + ~3 us NDR/UCX), beta 1/48 GB/s (one NIC),
             red as nvlink (the reduction runs on the GPU)
 
 Strategies compared, per collective and size:
     flat    the multi-node communicator as it is today: the message-passing algorithms (no shared window
-            across nodes) of hpccl.tuning.MODELS over all M*8 ranks, each step timed on the ib path (a flat ring crosses a node boundary every 8 hops and
+            across nodes) of hpccl.core.tuning.MODELS over all M*8 ranks, each step timed on the ib path (a flat ring crosses a node boundary every 8 hops and
             uses one NIC at a time); the tuner picks the cheapest
-    hier    hpccl.tuning.hier_time (algorithms/hier.py's composition): node-local steps on nvlink + one
+    hier    hpccl.core.tuning.hier_time (algorithms/hier.py's composition): node-local steps on nvlink + one
             inter-node collective per local rank,
             the 8 of them concurrently, each on its own NIC (rail); sub-algorithms picked the same way
     pick    the cheaper of the two: what hpccl's Tuner chooses on such a communicator
@@ -30,9 +30,9 @@ from typing import Dict, List
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hpccl.tuning import HIER_COLLECTIVES as HIER, best_flat as best, hier_time  # noqa: E402
+from hpccl.core.tuning import HIER_COLLECTIVES as HIER, best_flat as best, hier_time  # noqa: E402
 from hpccl.algorithms import ALGORITHMS  # noqa: E402
-from hpccl.tuning import DEFAULTS, MODELS, Path as CostPath  # noqa: E402
+from hpccl.core.tuning import DEFAULTS, MODELS, Path as CostPath  # noqa: E402
 
 GPUS = 8
 NIC_GBPS = 48.0

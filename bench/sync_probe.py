@@ -16,8 +16,8 @@ def main() -> int:
     import cupy as cp
 
     import hpccl
-    from hpccl import gpu_sync
-    from hpccl.device import rank_device
+    from hpccl.gpu import gpu_sync
+    from hpccl.gpu.device import rank_device
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     cp.cuda.Device(rank_device(world.Get_rank() % 8, cp.cuda.runtime.getDeviceCount())).use()

@@ -1,4 +1,4 @@
-// hpccl device-side building blocks: argument structs shared with hpccl/cuda_comm.py (keep the two in
+// hpccl device-side building blocks: argument structs shared with hpccl/gpu/cuda_comm.py (keep the two in
 // sync), memory layout of a rank's peer-mapped buffer, system-scope flag operations, and the dtype x op
 // reduction traits. Compiled by NVRTC at run time (hpccl/kernels.py) and by nvcc in CI
 // (scripts/check_cuda.sh); it includes no system header so that both work without a CUDA include path.
@@ -30,8 +30,8 @@ typedef unsigned int u32;
 #define HPCCL_ERR_TIMEOUT 1u  // this rank's wait timed out
 #define HPCCL_ERR_ABORT 2u    // a rank of the node aborted (set by its host, hpccl/transport/shm.py)
 #define HPCCL_ERR_MISMATCH 3u // ranks passed registered buffers at different registrations/offsets
-#define HPCCL_ERR_DEAD 4u     // a local peer's process is gone (set by the host's watchdog, hpccl/gpu_sync.py)
-#define HPCCL_ERR_NET 5u      // this rank's network step before this kernel failed (set by hpccl/_netcore.c)
+#define HPCCL_ERR_DEAD 4u     // a local peer's process is gone (set by the host's watchdog, hpccl/gpu/gpu_sync.py)
+#define HPCCL_ERR_NET 5u      // this rank's network step before this kernel failed (set by hpccl/csrc/_netcore.c)
 // 16 + k: local rank k's error word was set when this rank's stream-synchronised kernel began, so what k
 // signalled as ready is not data (k's kernels write nothing once its word is set; its stream still signals)
 #define HPCCL_ERR_PEER 16u
@@ -80,7 +80,7 @@ struct RegArgs {
   int pad_;
 };
 
-// Stream-synchronised kernels (the safe protocol, hpccl/gpu_sync.py): every wait on a peer is a stream
+// Stream-synchronised kernels (the safe protocol, hpccl/gpu/gpu_sync.py): every wait on a peer is a stream
 // memory operation between launches, so these kernels never spin and can never hold a multiprocessor that
 // a peer's work needs. One launch moves one round: `c.nbytes` bytes per piece at byte `off` of the call.
 // Regions: rank dst's slots [par][src] are one block of `c.slot` bytes (the region size) each.

@@ -525,7 +525,7 @@ extern "C" __global__ void hp_reg_barrier(RegArgs r) {
 }
 
 // ---- stream-synchronised kernels (the safe protocol on a GPU that may be shared) -----------------------
-// hpccl/gpu_sync.py enqueues, per round: stream waits until every peer freed the regions this rank writes,
+// hpccl/gpu/gpu_sync.py enqueues, per round: stream waits until every peer freed the regions this rank writes,
 // hp_s_push, stream writes "ready" into the peers' words and waits for theirs, hp_s_reduce or hp_s_copyout,
 // stream writes "free". None of these kernels waits for anything: whatever else holds the GPU (other jobs,
 // other communicators, foreign kernels), each of them finishes once it gets a multiprocessor.
@@ -740,7 +740,7 @@ __global__ void __launch_bounds__(512) hp_scale_local(char* buf, u64 n, int nran
     d[i] = hp_store<DT>(hp_finish<DT, 4>(hp_load<DT>(d[i]), nranks));
 }
 
-// ---- one small GPU network step in one kernel (hpccl/netstep.py, HPCCL_NET_FUSED_SIZE) ------------------
+// ---- one small GPU network step in one kernel (hpccl/gpu/netstep.py, HPCCL_NET_FUSED_SIZE) --------------
 // The send copied into pinned staging memory, then the ready token written (system scope, after a fence:
 // the engine polling the word reads whole data), then the engine's done word awaited, then what arrived
 // combined into the output: out = src OP got, or (OP == 5) a copy. Where a step otherwise enqueues a copy,

@@ -1,5 +1,5 @@
 """hpccl: collective communication for Python on HPC systems (the job NCCL does), bootstrapped by MPI."""
-from .comm import Communicator, init
+from .core.comm import Communicator, init
 from .errors import (HpcclEnvironmentError, HpcclError, HpcclInvalidArgument, HpcclInvalidUsage,
                      HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported)
 from .ops import AVG, DTYPES, MAX, MIN, PROD, SUM, ReduceOp, bfloat16

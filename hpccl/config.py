@@ -85,7 +85,7 @@ _param("HPCCL_HOT_DIRECT_SIZE", 16 << 10, _size,
        "(HPCCL_SINGLE_COPY); 0: never.")
 _param("HPCCL_NET_HOT_SIZE", 256 << 10, _size,
        "Bytes per rank up to which all_reduce, reduce, broadcast, all_gather (and barrier) on host buffers "
-       "take the compiled path across nodes (hpccl/_nethot.c: the whole schedule in one C call over the "
+       "take the compiled path across nodes (hpccl/csrc/_nethot.c: the whole schedule in one C call over the "
        "network engine) when every rank is its own node; 0 turns it off.")
 _param("HPCCL_NET_SLICE", 1 << 20, _size,
        "Bytes per slice of a GPU network step's messages (the staged engine path): each message is cut into "
@@ -107,7 +107,7 @@ _param("HPCCL_NET_LANES", 0, int,
        "this rank may run on / (2 x the ranks on its node)); every rank takes the fewest any rank chose.")
 _param("HPCCL_NET_REPLAY", 1, int,
        "1: a repeated GPU call across nodes (same collective, buffers, dtype, op, root and stream, one rank "
-       "per node) is enqueued from its recording by one C call (hpccl/_netreplay.c) instead of running its "
+       "per node) is enqueued from its recording by one C call (hpccl/csrc/_netreplay.c) instead of running its "
        "schedule in Python; 0: every call runs in Python. Either way the messages are the same, so ranks may "
        "differ.")
 _param("HPCCL_COMPILED_LAUNCH", 1, int,
@@ -172,7 +172,7 @@ _param("HPCCL_BOOTSTRAP", "auto", str.lower,
        "under torchrun), 'auto': MPI when an MPI launcher started the process (PMI/PMIx/Open MPI variables), "
        "else the store.")
 _param("HPCCL_GPU_NET_ASYNC", False, _bool,
-       "Only for GPU calls across nodes over MPI (the network proxy thread, hpccl/proxy.py, used when the "
+       "Only for GPU calls across nodes over MPI (the network proxy thread, hpccl/gpu/proxy.py, used when the "
        "native engine is absent or HPCCL_NET=mpi; with the engine GPU network steps always "
        "enqueue and return without a host sync). GPU calls with a network step return at once and hold the caller's stream on the GPU until the "
        "proxy thread has moved the data (needs a non-default stream; the caller's thread must not load "

@@ -21,8 +21,8 @@ MAX_P2P_OPS = 16
 ERR_TIMEOUT = 1
 ERR_ABORT = 2  # set by a rank's abort in every local rank's error word (hpccl/transport/shm.py)
 ERR_MISMATCH = 3  # ranks passed registered buffers at different registrations or offsets
-ERR_DEAD = 4  # a local peer's process is gone (set by the watchdog of hpccl/gpu_sync.py)
-ERR_NET = 5  # this rank's network step before the kernel failed (set by the engine, hpccl/_netcore.c)
+ERR_DEAD = 4  # a local peer's process is gone (set by the watchdog of hpccl/gpu/gpu_sync.py)
+ERR_NET = 5  # this rank's network step before the kernel failed (set by the engine, hpccl/csrc/_netcore.c)
 ERR_PEER = 16  # + k: local rank k's error word was set when a stream-synchronised kernel of this rank began
 # word offsets in a rank's flag area (cuda/hpccl_device.cuh)
 FL_COLL = 0
@@ -52,7 +52,7 @@ class CommArgs(ctypes.Structure):
 
 
 class SafeArgs(ctypes.Structure):
-    """One launch of the stream-synchronised kernels (hpccl/gpu_sync.py)."""
+    """One launch of the stream-synchronised kernels (hpccl/gpu/gpu_sync.py)."""
     _fields_ = [("c", CommArgs), ("off", ctypes.c_uint64), ("rstride", ctypes.c_uint64), ("limit", ctypes.c_uint64),
                 ("prog", ctypes.c_uint64), ("par", ctypes.c_int32), ("par2", ctypes.c_int32), ("mode", ctypes.c_int32),
                 ("pad_", ctypes.c_int32), ("perr", ctypes.c_uint64 * MAX_RANKS)]
@@ -190,7 +190,7 @@ class Driver:
         self._ptr_attr = fn("cuPointerGetAttribute", P, I, U64)
         self.memcpy_async = fn("cuMemcpyDtoDAsync_v2", U64, U64, ctypes.c_size_t, P)
         self._occupancy = fn("cuOccupancyMaxActiveBlocksPerMultiprocessor", ctypes.POINTER(I), P, I, ctypes.c_size_t)
-        # staged network steps (hpccl/netstep.py): copies to and from pinned memory, stream memory ops, and
+        # staged network steps (hpccl/gpu/netstep.py): copies to and from pinned memory, stream memory ops, and
         # allocations made while a stream captures
         self.memcpy_dtoh = fn("cuMemcpyDtoHAsync_v2", P, U64, ctypes.c_size_t, P)
         self.memcpy_htod = fn("cuMemcpyHtoDAsync_v2", U64, P, ctypes.c_size_t, P)
@@ -331,7 +331,7 @@ class Launch:
         self._keep.append(arr)
         self.params = ctypes.cast(arr, ctypes.c_void_p)
         self._fn = driver.launch_fn
-        self.fi, self.pi = func, self.params.value  # as ints, for the compiled launch (hpccl/_hotpath.c)
+        self.fi, self.pi = func, self.params.value  # as ints, for the compiled launch (hpccl/csrc/_hotpath.c)
 
     def __call__(self, stream: int) -> int:
         return self._fn(self.func, self.grid, 1, 1, self.block, 1, 1, 0, stream, self.params, None)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpccl.errors import HpcclTimeoutError
-from hpccl.progress import Waiter
+from hpccl.runtime.progress import Waiter
 from hpccl.transport.control import ABORT, ControlChannel
 
 

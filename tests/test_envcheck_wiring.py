@@ -10,7 +10,7 @@ from mpirun import run_mpi
 
 def test_init_check_counts_the_shm_need_once_per_rank(monkeypatch):
     import hpccl.envcheck as envcheck
-    from hpccl.comm import Communicator
+    from hpccl.core.comm import Communicator
     seen = {}
 
     def fake(need, local_size, use_gpu=False, **kw):

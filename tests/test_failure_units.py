@@ -1,4 +1,4 @@
-"""Rank numbering of failures in hier layouts, in one process with stand-in communicators (hpccl/failures.py):
+"""Rank numbering of failures in hier layouts, in one process with stand-in communicators (hpccl/runtime/failures.py):
 a rank crossing a sub-communicator's boundary is mapped exactly once, whichever way and however often the
 error passes, and an abort carries its origin in the numbering of the transports it travels on. The case of
 issue 32: at 3 nodes x 2, a rank's error that crossed the 'inter' boundary was mapped again through the
@@ -10,10 +10,10 @@ from typing import List, Optional
 
 import pytest
 
-from hpccl import failures
+from hpccl.runtime import failures
 from hpccl.errors import HpcclRemoteError, HpcclSystemError, HpcclTimeoutError
-from hpccl.failures import named, origin, to_user, user_rank, wire_rank
-from hpccl.progress import Waiter
+from hpccl.runtime.failures import named, origin, to_user, user_rank, wire_rank
+from hpccl.runtime.progress import Waiter
 from hpccl.transport.base import Transport
 
 
@@ -166,7 +166,7 @@ def test_errors_without_ranks_pass_unchanged():
     assert named(inter, e, "all_reduce") is e and origin(inter, e) is None
 
 
-# ----- the GPU path's pieces that run on the host (hpccl/netstep.py, EngineTransport, synchronize's watch) --
+# ----- the GPU path's pieces that run on the host (hpccl/gpu/netstep.py, EngineTransport, synchronize's watch) --
 def _engine():
     """The engine's error codes (its module loads UCX first); the test is skipped where it is not built."""
     return pytest.importorskip("hpccl.transport.engine")._ne
@@ -177,7 +177,7 @@ def test_a_network_steps_timeout_names_user_ranks_after_its_call():
     waiting for rank(s) [1]": the inter sub-communicator's numbering, issue 32's GPU report) becomes a
     timeout naming the user's rank, after the user's call and the step."""
     ne = _engine()
-    from hpccl.netstep import step_error
+    from hpccl.gpu.netstep import step_error
     user, intra, inter = _rank5_of_3x2()
     raw = step_error((ne.E_TIMEOUT, -1, "all_reduce #6, step 2 (inter all_reduce): timed out after 30.0s waiting "
                                         "for rank(s) [1] (HPCCL_TIMEOUT)"))

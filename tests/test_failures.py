@@ -45,7 +45,7 @@ _IF_ENGINE = pytest.mark.skipif(not _ENGINE, reason=_NO_ENGINE)
 def test_network_timeout_names_the_rank_that_never_arrived(n, net, algo):
     """Between nodes (every rank its own node) each waiting rank asks the others over the transport's
     control channel which collective they are in: all name the rank that never came, not the neighbour
-    their ring waited on (the ring, and the compiled path across nodes, hpccl/_nethot.c)."""
+    their ring waited on (the ring, and the compiled path across nodes, hpccl/csrc/_nethot.c)."""
     proc = run_mpi(n, ["tests/scripts/skip_collective.py", algo],
                    env={"HPCCL_TIMEOUT": "2", "HPCCL_NODE_ID": "split:1", "HPCCL_NET": net}, timeout=120)
     rows = results(proc.stdout)
@@ -200,7 +200,7 @@ def test_desync_is_named_on_every_rank(layout):
 
 def test_check_signatures_unit():
     import numpy as np
-    from hpccl import check
+    from hpccl.observe import check
     same = np.array([[0, 400, 8, 0, -1, 0]] * 3)
     assert check.disagreement(same) == []
     diff = same.copy()
@@ -236,7 +236,7 @@ def test_gpu_timeout_names_ranks_that_never_launched():
     times out, the ranks whose count is behind are named (they never made the call). Host-only check of
     the reading side with stand-ins; tests/gpu/test_cuda.py::test_timeout_is_reported runs it on a GPU."""
     import types
-    from hpccl.cuda_comm import CudaComm
+    from hpccl.gpu.cuda_comm import CudaComm
     counts = {0: 7, 1: 7, 2: 6, 3: 9}
     fake = types.SimpleNamespace(_shm=types.SimpleNamespace(launched=counts.get), fs=types.SimpleNamespace(seq=7),
                                  comm=types.SimpleNamespace(size=4, rank=0))
@@ -252,7 +252,7 @@ def test_a_node_step_stopped_by_a_failed_network_step_names_the_rank_at_fault():
     HpcclSystemError that points at synchronize, never "aborted on this rank". Host-only, with stand-ins."""
     import ctypes
     import types
-    from hpccl.cuda_comm import CudaComm
+    from hpccl.gpu.cuda_comm import CudaComm
     from hpccl.errors import HpcclRemoteError, HpcclSystemError
     from hpccl.kernels import ERR_NET, ERR_PEER
 

@@ -10,8 +10,8 @@ import pytest
 
 from hpccl.algorithms import ALGORITHMS, CUDA, HOST, Layout, eligible
 from hpccl.errors import HpcclTimeoutError, HpcclUnsupported
-from hpccl.proxy import DEFAULT_STREAMS, Proxy
-from hpccl.tuning import KERNEL_MODELS, Tuner
+from hpccl.gpu.proxy import DEFAULT_STREAMS, Proxy
+from hpccl.core.tuning import KERNEL_MODELS, Tuner
 
 ONE_NODE = Layout(nodes=1, local=2, equal=True, window=True, single_copy=True)
 TWO_BY_TWO = Layout(nodes=2, local=2, equal=True)

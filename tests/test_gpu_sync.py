@@ -1,4 +1,4 @@
-"""The stream-synchronised GPU protocol (hpccl/gpu_sync.py), checked without a GPU: the programs the Builder
+"""The stream-synchronised GPU protocol (hpccl/gpu/gpu_sync.py), checked without a GPU: the programs the Builder
 makes for every collective are run by a model of a GPU per rank (each batch of stream memory operations waits
 and writes words as the driver would, each kernel is re-enacted on bytes from its SafeArgs as the CUDA code in
 cuda/hpccl_kernels.cu does it), with the ranks' streams interleaved at random. Every result must equal numpy's,
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from hpccl import gpu_sync
+from hpccl.gpu import gpu_sync
 from hpccl.kernels import CommArgs, Launch, SafeArgs
 from hpccl.transport.cuda_ipc import Layout
 
@@ -408,9 +408,9 @@ def test_memop_struct_matches_the_driver():
 
 
 def test_compiled_runner_issues_every_step_in_order():
-    """hpccl/_hotpath.c gpu_program: the program's launches and batches in order on the stream, then the tail
+    """hpccl/csrc/_hotpath.c gpu_program: the program's launches and batches in order on the stream, then the tail
     event; capture leaves the event out; a failing step stops the rest and says which step."""
-    from hpccl import hotpath
+    from hpccl.host import hotpath
     if not hotpath.available():
         pytest.skip("the compiled hot path is not built here (no C compiler at install)")
     run = hotpath._hotpath.gpu_program

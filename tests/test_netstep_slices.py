@@ -1,4 +1,4 @@
-"""The sliced GPU network step (hpccl/netstep.py, HPCCL_NET_SLICE) against a recording stand-in for the CUDA
+"""The sliced GPU network step (hpccl/gpu/netstep.py, HPCCL_NET_SLICE) against a recording stand-in for the CUDA
 driver and the engine, on the CPU: every message is cut by its length alone (so both ends' per-peer tag
 sequences agree whichever path each took), slice i+1's copy-out to the host is enqueued before the stream
 waits for slice i, and the received pieces together cover each receive buffer exactly once."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpccl import netstep
+from hpccl.gpu import netstep
 
 
 class _Rec:

@@ -1,8 +1,8 @@
-"""The planner (hpccl/planner.py): one plan per (collective, kind, size bucket), routes that may decline
+"""The planner (hpccl/core/planner.py): one plan per (collective, kind, size bucket), routes that may decline
 carry the plan to run instead, and a forced choice drops the plans and everything that replays them."""
 from hpccl.algorithms import CUDA, HOST, Layout
-from hpccl.planner import HIER, HOT, KERNEL, PROXY, SCHEDULE, ZERO_COPY, Planner
-from hpccl.tuning import Tuner
+from hpccl.core.planner import HIER, HOT, KERNEL, PROXY, SCHEDULE, ZERO_COPY, Planner
+from hpccl.core.tuning import Tuner
 
 ONE_NODE = Layout(1, 4, True, True, True)
 TWO_NODES = Layout(2, 2, True, False, False)

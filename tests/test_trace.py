@@ -52,7 +52,7 @@ def test_nvtx_switch(monkeypatch, caplog):
     """HPCCL_NVTX: auto uses the nvtx package when it imports, 1 warns when it is missing, 0 is off."""
     import types
 
-    from hpccl import nvtx as hnvtx
+    from hpccl.observe import nvtx as hnvtx
     fake = types.ModuleType("nvtx")
     monkeypatch.setitem(sys.modules, "nvtx", fake)
     for mode, want in (("auto", fake), ("1", fake), ("0", None)):
@@ -79,11 +79,11 @@ def test_nvtx_calls_match_the_package():
     nvtx.mark("algorithm oneshot", domain="hpccl.steps")
     nvtx.pop_range(domain="hpccl.steps")
     nvtx.pop_range(domain="hpccl")
-    src = (ROOT / "hpccl" / "comm.py").read_text() + (ROOT / "hpccl" / "recorder.py").read_text()
+    src = (ROOT / "hpccl" / "core" / "comm.py").read_text() + (ROOT / "hpccl" / "observe" / "recorder.py").read_text()
     assert "push_range(self._rec.label(rec), domain=self._rec.domain)" in src
     assert "pop_range(domain=self._rec.domain)" in src
     assert 'mark(f"algorithm {name}", domain=DOMAIN)' in src and 'mark(f"algorithm {name}", domain=STEP_DOMAIN)' in src
-    from hpccl import recorder
+    from hpccl.observe import recorder
     assert (recorder.DOMAIN, recorder.STEP_DOMAIN) == ("hpccl", "hpccl.steps")
 
 
@@ -102,7 +102,7 @@ def test_steps_nest_in_the_users_call(tmp_path, monkeypatch, capsys):
     adds each of its calls to the call its parent is running, and nothing of its own: one flight-recorder
     entry, one top-level trace event with the steps as child events inside it, one stats count with step
     rows under it, NVTX labels and marks of the steps in their own domain."""
-    from hpccl.recorder import Recorder, StepRecorder
+    from hpccl.observe.recorder import Recorder, StepRecorder
     monkeypatch.setenv("HPCCL_TRACE", str(tmp_path))
     top = Recorder("t0", 0, 4, 0)
     intra = StepRecorder(top, "intra", "t1", 0, 2, 0)
@@ -122,7 +122,7 @@ def test_steps_nest_in_the_users_call(tmp_path, monkeypatch, capsys):
     assert top.step() == "step 3 (intra all_gather)"
     assert intra.at() == ("all_reduce", 1, "step 3 (intra all_gather)") and top.at() is None
     # a network step's error raised later (synchronize) is named after the user's call, from at()
-    from hpccl.failures import in_call as _in_call
+    from hpccl.runtime.failures import in_call as _in_call
     from hpccl.errors import HpcclRemoteError, HpcclTimeoutError
     late = HpcclTimeoutError("all_reduce", 7, [3], 1.0)
     late.in_call = inter.at()

@@ -11,7 +11,7 @@ from hpccl.cli.workloads import expected, fill, workload, wrong
 from hpccl.errors import HpcclInvalidArgument
 from hpccl.ops import AVG, DTYPES, SUM, as_op, check_op_dtype
 from hpccl.topology.nodes import detect_nodes, node_name
-from hpccl.tuning import MODELS, Tuner
+from hpccl.core.tuning import MODELS, Tuner
 
 
 def test_config_parses_sizes_and_rejects_garbage(monkeypatch):
@@ -110,7 +110,7 @@ def test_readme_documents_every_variable():
 
 
 def test_hier_is_modelled_on_multi_node_communicators():
-    from hpccl.tuning import HIER_COLLECTIVES, hier_time, DEFAULTS
+    from hpccl.core.tuning import HIER_COLLECTIVES, hier_time, DEFAULTS
     t = Tuner("mpi", 8, 4, nodes=2)
     for coll in HIER_COLLECTIVES:
         flat = [a for a in ALGORITHMS[coll] if not ALGORITHMS[coll][a].needs_window]
@@ -120,7 +120,7 @@ def test_hier_is_modelled_on_multi_node_communicators():
     # slow network, fast node: the hierarchy must win for large all_reduce
     slow = DEFAULTS["mpi"].__class__(alpha=50e-6, beta=1 / 1e9, red=1 / 4e9, bar=50e-6)
     hier_t, subs = hier_time("all_reduce", 256 << 20, 2, 8, DEFAULTS["shm"], slow)
-    from hpccl.tuning import best_flat
+    from hpccl.core.tuning import best_flat
     assert hier_t < best_flat("all_reduce", slow, 256 << 20, 16, ["ring", "tree", "rd", "dbtree"])[1]
     assert set(subs) == {"intra_reduce_scatter", "inter_all_reduce", "intra_all_gather"}
 
@@ -129,7 +129,7 @@ def test_hier_is_modelled_on_multi_node_communicators():
 def test_gpu_kernels_sized_to_be_resident_together(sms):
     """Every rank sharing a GPU can have all its blocks resident at once, for any HPCCL_CUDA_BLOCKS: one
     block per SM per rank for collectives, and a p2p kernel (one send and one receive per peer) too."""
-    from hpccl.cuda_comm import P2P_BLOCKS, block_cap, p2p_blocks
+    from hpccl.gpu.cuda_comm import P2P_BLOCKS, block_cap, p2p_blocks
     from hpccl.kernels import MAX_BLOCKS
     for share in range(1, 9):
         cap = block_cap(sms, share)

@@ -1,6 +1,6 @@
 """The one algorithm table: every collective's named algorithms, with what serves each memory kind.
 
-An entry's ``fn`` runs on host memory over hpccl.primitives; ``cuda`` runs on device memory: either a GPU
+An entry's ``fn`` runs on host memory over hpccl.runtime.primitives; ``cuda`` runs on device memory: either a GPU
 kernel over peer memory (scope 'node': ranks of one node) or the same host schedule over device
 primitives driven by the network path (scope 'net': every peer across the network; each exchange a staged
 step on the native engine, or over MPI a step of the proxy thread). 'hier' (hier.py) composes node steps and a network step and serves both kinds."""

@@ -11,7 +11,7 @@ from typing import Iterable, Iterator, List, Tuple
 import numpy as np
 
 from ..ops import ReduceOp
-from ..primitives import Primitives
+from ..runtime.primitives import Primitives
 from .parts import offsets
 
 

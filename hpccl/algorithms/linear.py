@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..primitives import Primitives
+from ..runtime.primitives import Primitives
 
 
 def all_to_all(p: Primitives, send: np.ndarray, recv: np.ndarray) -> None:

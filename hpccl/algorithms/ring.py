@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import ReduceOp
-from ..primitives import Primitives
+from ..runtime.primitives import Primitives
 from .parts import offsets
 
 _PIECE = 1 << 20  # bytes per pipelined broadcast piece

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import ReduceOp
-from ..primitives import Primitives
+from ..runtime.primitives import Primitives
 
 
 def reduce(p: Primitives, send: np.ndarray, recv: np.ndarray, root: int, op: ReduceOp) -> None:

@@ -33,7 +33,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "where each rank stopped; needs no MPI")
     a = p.parse_args(argv)
     if a.analyze:
-        from hpccl.recorder import analyze
+        from hpccl.observe.recorder import analyze
         print(block("\n".join(analyze(a.analyze))), flush=True)
         return 0
     import hpccl
@@ -47,7 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for mod in ("numpy", "mpi4py", "ml_dtypes", "cupy", "torch", "libucx", "pynvml"):
         say(f"  {mod:<10} {_version(mod)}")
     say(f"  MPI        {one_line(MPI.Get_library_version())}")
-    from hpccl import hotpath
+    from hpccl.host import hotpath
     say("  hot path   " + (f"compiled ({hotpath._hotpath.__file__})" if hotpath.available() else
                           "not built (no C compiler at install): small host calls run in Python, slower"))
     try:

@@ -86,7 +86,7 @@ class _Mem:
         if kind == "cuda":
             import cupy
             self.cp = cupy
-            from hpccl.device import rank_device
+            from hpccl.gpu.device import rank_device
             cupy.cuda.Device(rank_device(local_rank, cupy.cuda.runtime.getDeviceCount())).use()
 
     def put(self, a: np.ndarray) -> Any:

@@ -16,7 +16,7 @@ from collections import defaultdict
 from typing import List, Optional
 
 from ..text import block
-from ..trace import merge
+from ..observe.trace import merge
 
 
 def _say(text: str, **kw: object) -> None:

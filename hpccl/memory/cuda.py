@@ -1,7 +1,7 @@
 """Device memory: turning CuPy arrays, PyTorch CUDA tensors and __cuda_array_interface__ objects into
 (pointer, bytes, dtype, device) without copying, streams of either library, and output allocation.
 
-Imported only by the CUDA path (hpccl.cuda_comm), so CuPy/PyTorch are imported lazily here."""
+Imported only by the CUDA path (hpccl.gpu.cuda_comm), so CuPy/PyTorch are imported lazily here."""
 from __future__ import annotations
 
 import sys
@@ -152,7 +152,7 @@ class DeviceAlloc:
 
 # ----- the device memory component: validated flat CuPy views and stream-ordered copy/reduce ----------
 #
-# The front end (hpccl.comm) turns every device buffer into a flat CuPy array, as it turns host buffers
+# The front end (hpccl.core.comm) turns every device buffer into a flat CuPy array, as it turns host buffers
 # into flat numpy arrays, so one set of rules (and the host algorithms, over device primitives) serves
 # both. CuPy has no bfloat16: a bfloat16 buffer is viewed as uint16, which is not an hpccl dtype, so the
 # view is unambiguous; dtype() gives the real dtype back.

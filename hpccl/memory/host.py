@@ -5,7 +5,7 @@ from typing import Any, Tuple
 
 import numpy as np
 
-from ..interop import host_view, writable
+from .interop import host_view, writable
 from ..ops import AVG, SUPPORTED, UFUNC, ReduceOp
 
 __all__ = ["copy", "reduce", "scale_avg", "finish", "empty", "view", "dtype", "writable", "empty_out", "shares",

@@ -4,7 +4,7 @@
 // each parameter group every step).
 //
 // A call on dense CUDA tensors whose launch hpccl has already snapshotted (same collective, buffers, size,
-// dtype, op and stream) is replayed here: the same driver calls as CudaComm.fire (hpccl/cuda_comm.py), on the same
+// dtype, op and stream) is replayed here: the same driver calls as CudaComm.fire (hpccl/gpu/cuda_comm.py), on the same
 // FastState (calls counted and published, stream order kept through the tail event, snapshots dropped
 // together through the generation). Everything else, and every first call, goes to the Python backend
 // (hpccl/torch/process_group.py), which validates, runs the call and arms the snapshot here.
@@ -169,7 +169,7 @@ class Native : public c10d::Backend {
 
   const std::string getBackendName() const override { return "hpccl"; }
 
-  // The GPU communicator's replay state and the driver's entry points (hpccl/cuda_comm.py).
+  // The GPU communicator's replay state and the driver's entry points (hpccl/gpu/cuda_comm.py).
   void attach(uint64_t fs, uint64_t err, uint64_t pub, uint64_t tail, uint64_t launch, uint64_t capturing,
               uint64_t record, uint64_t wait) {
     fs_ = reinterpret_cast<FastState*>(fs);

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 from .. import Communicator
-from ..cuda_comm import NOTHING
+from ..gpu.cuda_comm import NOTHING
 from .options import asynchronous, flat, reduce_op
 from .process_group import HpcclProcessGroup
 

@@ -1,8 +1,8 @@
-"""The network between nodes through hpccl's native engine (hpccl._netengine, hpccl/_netcore.c): one UCP worker per
+"""The network between nodes through hpccl's native engine (hpccl._netengine, hpccl/csrc/_netcore.c): one UCP worker per
 communicator driven by a C progress thread that never takes the GIL and never calls CUDA.
 
 Host collectives post their sends and receives here (the same ring serves every transport); GPU network
-steps reach the same engine staged through pinned host memory (hpccl/netstep.py), ordered on the caller's
+steps reach the same engine staged through pinned host memory (hpccl/gpu/netstep.py), ordered on the caller's
 stream. Because the thread always progresses, a peer whose connection breaks (a process killed, a node
 lost) is noticed at once: endpoints to other nodes use UCX's peer-failure mode, and every survivor names
 the rank. Control messages (abort, "which call are you in?") ride a reserved tag (control.ControlChannel).
@@ -132,7 +132,7 @@ def _bytes(buf: np.ndarray) -> np.ndarray:
 
 
 def net_hot(t: "EngineTransport", cap: int, spin: int) -> Any:
-    """hpccl/_nethot.c over this transport's engine: small host collectives across nodes in one C call."""
+    """hpccl/csrc/_nethot.c over this transport's engine: small host collectives across nodes in one C call."""
     return _ne.NetHot(t.eng, cap, cap, spin, lambda code, peer, msg: t._failed(peer, (code, peer, msg)))
 
 
@@ -239,7 +239,7 @@ class EngineTransport(ControlChannel, Transport):
         """Receive into ``buf``; with ``op``, into a scratch buffer, then buf = (src or buf) op incoming."""
         if not isinstance(buf, np.ndarray):
             raise HpcclSystemError("the network engine moves host memory; device buffers go through staged "
-                                   "network steps (hpccl.netstep)")
+                                   "network steps (hpccl.gpu.netstep)")
         if op is None:
             return _Req(self, peer, self.eng.recv(peer, _bytes(buf), 0.0, p2p))
         tmp = self._take(buf)
@@ -309,7 +309,7 @@ class EngineTransport(ControlChannel, Transport):
             yield np.array(m, dtype=np.int64)
 
     def add_lanes(self, n: int) -> List[Any]:
-        """n more engines connected to every peer (lanes for GPU network steps, hpccl/netstep.py), made
+        """n more engines connected to every peer (lanes for GPU network steps, hpccl/gpu/netstep.py), made
         with this engine's UCX settings; collective. Closed and aborted with this transport."""
         engs: List[Any] = []
         problem: Optional[str] = None

@@ -1,6 +1,6 @@
 """MPI point-to-point as a transport: between nodes where hpccl's native engine cannot load (or HPCCL_NET=mpi),
 and between a node's ranks with HPCCL_TRANSPORT=mpi. Device buffers (the GPU network path over MPI, run by the
-proxy thread, hpccl/proxy.py) are staged through host memory, since a
+proxy thread, hpccl/gpu/proxy.py) are staged through host memory, since a
 CUDA-aware MPI cannot be assumed; what arrives is combined on the GPU."""
 from __future__ import annotations
 

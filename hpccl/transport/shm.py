@@ -37,12 +37,12 @@ _I_DEVSEQ = 36  # GPU kernels this rank has launched on the communicator (names 
 # engine): a kernel's own timeout sets it, and any local rank's abort sets every rank's, so kernels spinning
 # on a peer that failed exit within microseconds instead of at HPCCL_TIMEOUT
 _I_GPUERR = 48
-_I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/_hotcore.c)
+_I_HOT = 56  # calls this rank made on the compiled hot path (hpccl/csrc/_hotcore.c)
 # the hot path's direct calls: this rank's input address for the call (the next word: a direct all_reduce's
 # output), and its "done" word (8 words on: a direct all_reduce's second done word)
 _I_HOTADDR, _I_HOTDONE = 64, 72
 GPU_ERR_ABORT = 2  # cuda/hpccl_device.cuh HPCCL_ERR_ABORT
-# the GPU engine's stream-synchronised protocol (hpccl/gpu_sync.py): its u32 words, in the registered header page
+# the GPU engine's stream-synchronised protocol (hpccl/gpu/gpu_sync.py): its u32 words, in the registered header page
 _B_GPUSYNC = 2048
 
 _live_paths: Set[str] = set()
@@ -420,7 +420,7 @@ class ShmTransport(Transport):
         return self._segs[self.rank if peer is None else peer].u8.ctypes.data + 8 * _I_GPUERR
 
     def gpu_sync_address(self, peer: int) -> int:
-        """Address, in this process, of ``peer``'s GPU sync words (hpccl/gpu_sync.py; in its header page,
+        """Address, in this process, of ``peer``'s GPU sync words (hpccl/gpu/gpu_sync.py; in its header page,
         which the GPU engine registers with CUDA)."""
         return self._segs[peer].u8.ctypes.data + _B_GPUSYNC
 

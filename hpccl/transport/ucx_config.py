@@ -1,4 +1,4 @@
-"""UCX settings of hpccl's native network engine (transport/engine.py, hpccl/_netcore.c), kept apart from the
+"""UCX settings of hpccl's native network engine (transport/engine.py, hpccl/csrc/_netcore.c), kept apart from the
 engine so they are testable without it: the transports to use, the TCP settings for bulk steps, what a
 wrong UCX_NET_DEVICES means on this host, and the collective set-up check and wire-up deadline."""
 from __future__ import annotations

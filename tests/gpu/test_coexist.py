@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from hpccl.cuda_comm import block_cap
+from hpccl.gpu.cuda_comm import block_cap
 from hpccl.ops import MAX, SUM
 
 from gpu_util import assert_close, rank_data, reference, to_dev, to_host
@@ -26,7 +26,7 @@ SIZES = (1, 4099, 65536 + 3, (1 << 20) + 5)
 def world():
     import cupy
     import hpccl
-    from hpccl.device import rank_device
+    from hpccl.gpu.device import rank_device
     comm = hpccl.Communicator()
     dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.Device(dev).use()

@@ -29,7 +29,7 @@ OPS = (SUM, PROD, MIN, MAX, AVG)
 def world():
     import cupy
     import hpccl
-    from hpccl.device import rank_device
+    from hpccl.gpu.device import rank_device
     comm = hpccl.Communicator()
     dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
     cupy.cuda.Device(dev).use()
@@ -214,13 +214,13 @@ def test_all_to_all_v(world, scale):
 
 
 def test_compiled_launch_replays(world):
-    """Repeated calls replay their launch snapshot through the compiled driver calls (hpccl/_hotpath.c)
+    """Repeated calls replay their launch snapshot through the compiled driver calls (hpccl/csrc/_hotpath.c)
     when it is built, with correct results."""
     import cupy
-    from hpccl import hotpath
+    from hpccl.host import hotpath
     comm, dev = world
     if not hotpath.available():
-        pytest.skip("hpccl/_hotpath.c is not built here (no C compiler when hpccl was installed)")
+        pytest.skip("hpccl/csrc/_hotpath.c is not built here (no C compiler when hpccl was installed)")
     if not config.get("HPCCL_COMPILED_LAUNCH"):
         pytest.skip("HPCCL_COMPILED_LAUNCH=0 in this run (the default, 1, runs it)")
     eng = comm._dev.engine if comm._dev is not None else None
@@ -251,7 +251,7 @@ def test_one_rank_in_place_moves_nothing(world):
             solo.reduce_scatter(x, x)
         solo.all_reduce(x, op=AVG)
         eng = solo._dev.engine
-        from hpccl.cuda_comm import NOTHING
+        from hpccl.gpu.cuda_comm import NOTHING
         assert eng is not None and eng.last[0] is NOTHING and NOTHING in eng._fast.values()
         y = cupy.empty_like(x)
         solo.all_reduce(x, y)
@@ -285,7 +285,7 @@ def test_force_drops_launch_snapshots(world):
 
 def test_network_calls_replay_from_c(world):
     """Across nodes with one rank per node, a repeated call is enqueued from its recording by one C call
-    (hpccl/_netreplay.c): every collective, small and sliced sizes, two streams alternating, the input
+    (hpccl/csrc/_netreplay.c): every collective, small and sliced sizes, two streams alternating, the input
     written on the stream just before each call and the output checked just after, no host sync; then
     the odd ranks stop replaying while the even ones go on (the messages agree either way)."""
     import cupy
@@ -625,7 +625,7 @@ def test_host_memory_fallback(world, monkeypatch):
 
 
 def test_replayed_call_timeout_names_the_peer(monkeypatch):
-    """Across nodes, a call replayed from C (hpccl/_netreplay.c) whose peer never comes: the step ends at
+    """Across nodes, a call replayed from C (hpccl/csrc/_netreplay.c) whose peer never comes: the step ends at
     HPCCL_TIMEOUT, synchronize() raises HpcclTimeoutError naming the collective and the missing rank, the
     stream is released, and the next call raises at once instead of replaying."""
     import cupy

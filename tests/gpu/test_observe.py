@@ -60,7 +60,7 @@ def _ranges(calls):
 
 def _device():
     import cupy
-    from hpccl.device import rank_device
+    from hpccl.gpu.device import rank_device
     comm_rank = MPI.COMM_WORLD.rank
     return rank_device(comm_rank, cupy.cuda.runtime.getDeviceCount())
 

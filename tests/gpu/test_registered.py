@@ -23,7 +23,7 @@ def reg():
 
     import cupy
     import hpccl
-    from hpccl.device import rank_device
+    from hpccl.gpu.device import rank_device
     old = os.environ.get("HPCCL_CUDA_SYNC")
     os.environ["HPCCL_CUDA_SYNC"] = "spin"
     try:

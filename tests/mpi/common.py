@@ -6,7 +6,8 @@ from typing import List
 import numpy as np
 
 import hpccl
-from hpccl import config, hotpath
+from hpccl import config
+from hpccl.host import hotpath
 from hpccl.algorithms import ALGORITHMS, hier
 from hpccl.ops import AVG, DTYPES, FLOATING, MAX, MIN, PROD, SUM, ReduceOp
 

@@ -1,4 +1,4 @@
-"""comm.alloc_host / free_host (hpccl/host_alloc.py), run inside each rank under mpiexec: buffers every local
+"""comm.alloc_host / free_host (hpccl/host/host_alloc.py), run inside each rank under mpiexec: buffers every local
 peer maps, which the hot path's direct calls copy and reduce through with memcpy instead of process_vm_*.
 Every collective on them is right (any root, in place and out of place, mixed with private buffers), the
 moves really go through the mappings, bad arguments are refused on every rank before anything is made, and

@@ -1,5 +1,5 @@
 """The compiled hot path's front door (Communicator._front_door: plain numpy arrays straight to
-hpccl/_hotpath.c, before any Python validation) implements the collectives' Spec (hpccl/frontend.py): a
+hpccl/csrc/_hotpath.c, before any Python validation) implements the collectives' Spec (hpccl/core/frontend.py): a
 generated grid of arguments for each of the six collectives (dtypes, sizes around the hot path's limits,
 in place / out of place / allocated outputs, outputs of the wrong size, dtype, layout or writability,
 overlapping buffers, ops, roots) runs every combination twice on every rank, once through the front door
@@ -27,7 +27,8 @@ import pytest
 from mpi4py import MPI
 
 import hpccl
-from hpccl import config, hotpath
+from hpccl import config
+from hpccl.host import hotpath
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
 COLLS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all"]
@@ -430,7 +431,7 @@ def comm():
 
 @pytest.fixture(scope="module")
 def spy(comm):
-    assert hotpath.available(), "hpccl/_hotpath.c was not built: pip install needs a C compiler"
+    assert hotpath.available(), "hpccl/csrc/_hotpath.c was not built: pip install needs a C compiler"
     front = comm._front
     assert set(COLLS) <= set(front), f"the front door serves only {sorted(front)}"
     hot = front["all_reduce"]

@@ -16,7 +16,7 @@ import pytest
 from mpi4py import MPI
 
 import hpccl
-from hpccl import recorder
+from hpccl.observe import recorder
 
 WORLD = MPI.COMM_WORLD
 HIER = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")

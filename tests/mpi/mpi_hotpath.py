@@ -1,4 +1,4 @@
-"""The compiled hot path (hpccl/_hotpath.c) for small host collectives, run inside each rank under
+"""The compiled hot path (hpccl/csrc/_hotpath.c) for small host collectives, run inside each rank under
 mpiexec: it is the path in use, it is correct against numpy, ranks passing different kinds of buffers
 still agree on the path, and calls it declines (sizes, dtypes) interleave with it safely."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from common import ALL_DTYPES, close, data, reduce_ref, valid_ops
 
 import hpccl
-from hpccl import config, hotpath
+from hpccl import config
+from hpccl.host import hotpath
 from hpccl.ops import SUM
 
 
@@ -25,7 +26,7 @@ def comm():
 
 
 def test_compiled_path_is_in_use(comm):
-    assert hotpath.available(), "hpccl/_hotpath.c was not built: pip install needs a C compiler"
+    assert hotpath.available(), "hpccl/csrc/_hotpath.c was not built: pip install needs a C compiler"
     hot = comm._hot
     assert hot is not None and "hot" in comm.algorithms("all_reduce")
     assert all(c in comm._planner.hot_colls for c in hotpath.COLLECTIVES)
@@ -252,7 +253,7 @@ def _placed(nbytes: int, offset: int, dtype: np.dtype) -> np.ndarray:
 
 
 # (send offset, recv offset) in the page per rank r: the copies between processes then run from a source
-# to a destination 16, 8 or 40 bytes (mod 4096) further on (rep movsb's slow placement, hpccl/_copy.h), and,
+# to a destination 16, 8 or 40 bytes (mod 4096) further on (rep movsb's slow placement, hpccl/csrc/_copy.h), and,
 # in the last, every pair of ranks at a different gap, some slow, some not
 PLACEMENTS = {"recv 16 past send": lambda r: (0, 16), "8 bytes between ranks": lambda r: (16 * r, 16 * r + 8),
               "every gap": lambda r: (4088 - 24 * r, 40 * r + 4)}

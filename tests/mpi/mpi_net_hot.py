@@ -1,4 +1,4 @@
-"""The compiled path across nodes (hpccl/_nethot.c), every rank its own node over the native engine: it
+"""The compiled path across nodes (hpccl/csrc/_nethot.c), every rank its own node over the native engine: it
 takes the calls it should, gives the Python path's bits, interleaves with Python's messages, declines what
 it must, and a size mismatch is an error, not a hang. Run under mpiexec with HPCCL_NODE_ID=split:1."""
 from __future__ import annotations

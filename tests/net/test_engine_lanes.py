@@ -1,5 +1,5 @@
 """Lanes of the native network engine (EngineTransport.add_lanes, HPCCL_NET_LANES): engines of their own
-that GPU network steps spread a message's slices over (hpccl/netstep.py). Made collectively on a
+that GPU network steps spread a message's slices over (hpccl/gpu/netstep.py). Made collectively on a
 communicator of 2 nodes, each lane carries its own messages, the automatic count follows the rule the
 README gives, an abort reaches every lane."""
 from __future__ import annotations

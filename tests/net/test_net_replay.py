@@ -1,4 +1,4 @@
-"""Recorded GPU network calls replayed from C (hpccl/netreplay.py, hpccl/_netreplay.c), on the CPU.
+"""Recorded GPU network calls replayed from C (hpccl/gpu/netreplay.py, hpccl/csrc/_netreplay.c), on the CPU.
 
 Two real engines in one process talk over UCX (TCP); the CUDA driver is a stand-in whose "streams" are
 threads running each rank's enqueued work in order on host memory (copies, the ready and done words, a
@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_pair import engine_pair  # noqa: E402
 
-from hpccl import netreplay, netstep
+from hpccl.gpu import netreplay, netstep
 
 ne = pytest.importorskip("hpccl.transport.engine", reason="the network engine (UCX) is not built here")._ne
 

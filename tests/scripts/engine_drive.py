@@ -120,7 +120,7 @@ for i in range(50):
 ta.retire()
 assert a.error() is None and b.error() is None
 
-# recorded GPU calls replayed from C (NetProgram, hpccl/_netreplay.c), each rank's on a thread of its own as
+# recorded GPU calls replayed from C (NetProgram, hpccl/csrc/_netreplay.c), each rank's on a thread of its own as
 # callers' threads do, beside the engine threads: a stand-in driver whose "stream" runs at once (word
 # writes immediately; a wait spins until the engine wrote the done word; copies do nothing: the data the
 # engine moves is checked above)

@@ -1,0 +1,563 @@
+/* hpccl._netengine's Python face: Engine (one network engine, _netcore.h), Op (a batch Python owns),
+   Template (a step captured in a CUDA graph) and the module. Argument parsing, object lifetimes, the GIL
+   released around what may block, exceptions; the engine's work is in _netcore.c and _netcalls.c, the
+   NetProgram and NetHot types in _netreplay.c and _nethot.c. */
+#include "_netpy.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+PyObject *HpErr;
+
+/* the exception for a failed call of _netcalls.c */
+static void raise_ne(const ne_err *err) {
+  switch (err->kind) {
+    case NE_NOMEM: PyErr_NoMemory(); break;
+    case NE_VERSION: PyErr_SetString(PyExc_ImportError, err->msg); break;
+    case NE_VALUE: PyErr_SetString(PyExc_ValueError, err->msg); break;
+    case NE_ERRNO: errno = err->err_no; PyErr_SetFromErrno(PyExc_OSError); break;
+    case NE_PEER: {
+      PyObject *a = Py_BuildValue("(iis)", E_PEER, err->peer, err->msg);
+      if (a) { PyErr_SetObject(HpErr, a); Py_DECREF(a); }
+      break;
+    }
+    default: PyErr_SetString(PyExc_RuntimeError, err->msg);
+  }
+}
+
+/* ----- Op (one batch owned by Python) ---------------------------------------------------------------- */
+typedef struct {
+  PyObject_HEAD
+  Engine *eng;
+  batch_t *b;
+  Py_buffer view;
+  int have_view;
+} Op;
+
+static PyTypeObject OpType;
+
+static PyObject *raise_batch(batch_t *b) {
+  PyObject *args = Py_BuildValue("(iis)", b->ecode, b->epeer, b->err);
+  if (args) { PyErr_SetObject(HpErr, args); Py_DECREF(args); }
+  return NULL;
+}
+
+/* wait (without the GIL) until the batch has ended or ``seconds`` pass; 1 if ended */
+int batch_wait(Engine *e, batch_t *b, double seconds) {
+  int st = atomic_load_explicit(&b->state, memory_order_acquire);
+  if (st >= B_DONE) return 1;
+  if (seconds <= 0) return 0;
+  int ended;
+  Py_BEGIN_ALLOW_THREADS
+  ended = engine_wait(&e->core, b, seconds);
+  Py_END_ALLOW_THREADS
+  return ended;
+}
+
+static int op_wait_release(Op *o, double seconds) { return batch_wait(o->eng, o->b, seconds); }
+
+static PyObject *Op_test(Op *self, PyObject *noargs) {
+  (void)noargs;
+  int st = atomic_load_explicit(&self->b->state, memory_order_acquire);
+  if (st == B_DONE) Py_RETURN_TRUE;
+  if (st == B_FAILED) return raise_batch(self->b);
+  Py_RETURN_FALSE;
+}
+
+static PyObject *Op_wait(Op *self, PyObject *args) {
+  double seconds;
+  if (!PyArg_ParseTuple(args, "d", &seconds)) return NULL;
+  if (!op_wait_release(self, seconds)) Py_RETURN_FALSE;
+  return Op_test(self, NULL);
+}
+
+static PyObject *Op_done(Op *self, PyObject *noargs) {
+  (void)noargs;
+  return PyBool_FromLong(atomic_load(&self->b->state) >= B_DONE);
+}
+
+static void Op_dealloc(Op *self) {
+  if (self->b) {
+    int st = atomic_load(&self->b->state);
+    if (st < B_DONE && self->eng && !self->eng->core.closed) {
+      /* dropped in flight (an exception unwound past it): the buffer must outlive UCX's use of it */
+      op_wait_release(self, 1.0);
+    }
+    if (atomic_load(&self->b->state) >= B_DONE || (self->eng && self->eng->core.closed)) {
+      if (self->have_view) PyBuffer_Release(&self->view);
+    }  /* else: leak the view rather than free memory UCX may still write */
+    batch_unref(self->b);
+  }
+  Py_XDECREF(self->eng);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Op_methods[] = {
+  {"test", (PyCFunction)Op_test, METH_NOARGS, "True when done; raises EngineError if it failed."},
+  {"wait", (PyCFunction)Op_wait, METH_VARARGS, "wait(seconds): block without the GIL; then as test()."},
+  {"ended", (PyCFunction)Op_done, METH_NOARGS, "True when done or failed (never raises)."},
+  {NULL, NULL, 0, NULL}};
+
+static PyTypeObject OpType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "hpccl._netengine.Op",
+  .tp_basicsize = sizeof(Op),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_doc = "One send or receive (or control message) in flight.",
+  .tp_methods = Op_methods,
+  .tp_dealloc = (destructor)Op_dealloc,
+};
+
+/* ----- Template (a captured network step, reposted by each graph replay) ---------------------------- */
+typedef struct {
+  PyObject_HEAD
+  Engine *eng;
+  batch_t *b;
+} Template;
+
+static PyTypeObject TemplateType;
+
+/* stop polling t's arm word (its memory is about to be freed; engine_template_retire) */
+static void template_retire(Template *t) {
+  Engine *e = t->eng;
+  batch_t *b = t->b;
+  if (!e || !b || !b->arm) return;
+  Py_BEGIN_ALLOW_THREADS
+  engine_template_retire(&e->core, b);
+  Py_END_ALLOW_THREADS
+}
+
+static void Template_dealloc(Template *self) {
+  template_retire(self);
+  if (self->b) {
+    int st = atomic_load(&self->b->state);
+    if (st == B_NEW || st == B_ACTIVE) {
+      /* still in flight: leak it (its memory is referenced by the engine) */
+    } else {
+      batch_unref(self->b);
+    }
+  }
+  Py_XDECREF(self->eng);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Template_state(Template *self, PyObject *noargs) {
+  (void)noargs;
+  return Py_BuildValue("(iI)", atomic_load(&self->b->state), (unsigned)atomic_load(&self->b->replays));
+}
+
+static PyObject *Template_retire(Template *self, PyObject *noargs) {
+  (void)noargs;
+  template_retire(self);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef Template_methods[] = {
+  {"state", (PyCFunction)Template_state, METH_NOARGS, "(state, replays so far)."},
+  {"retire", (PyCFunction)Template_retire, METH_NOARGS, "Stop polling the arm word (before its memory is freed)."},
+  {NULL, NULL, 0, NULL}};
+
+static PyTypeObject TemplateType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "hpccl._netengine.Template",
+  .tp_basicsize = sizeof(Template),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_doc = "A network step captured in a CUDA graph: the engine posts it whenever a replay sets its arm word.",
+  .tp_methods = Template_methods,
+  .tp_dealloc = (destructor)Template_dealloc,
+};
+
+/* ----- Engine ----------------------------------------------------------------------------------------- */
+int check_open(Engine *e) {
+  if (e->core.closed || !e->core.started) {
+    PyErr_SetString(PyExc_RuntimeError, e->core.closed ? "the network engine is closed" : "the network engine is not connected");
+    return -1;
+  }
+  return 0;
+}
+
+int check_peer(Engine *e, int peer) {
+  if (peer < 0 || peer >= e->core.size || peer == e->core.rank) {
+    PyErr_Format(PyExc_ValueError, "peer %d is not another rank of 0..%d", peer, e->core.size - 1);
+    return -1;
+  }
+  return 0;
+}
+
+static int Engine_init(Engine *self, PyObject *args, PyObject *kw) {
+  static char *kws[] = {"rank", "size", "config", NULL};
+  int rank, size;
+  PyObject *cfg = NULL;
+  self->core.wake = self->core.efd = -1;  /* an engine refused below must not close fd 0 when it is freed */
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "ii|O!", kws, &rank, &size, &PyDict_Type, &cfg)) return -1;
+  if (size < 1 || size > (1 << 23) || rank < 0 || rank >= size) {
+    PyErr_SetString(PyExc_ValueError, "rank/size out of range");
+    return -1;
+  }
+  ne_err err = {0};
+  if (engine_version_check(&err) < 0 || engine_alloc(&self->core, rank, size, &err) < 0) { raise_ne(&err); return -1; }
+  /* the UCX settings as C strings (owned by cfg's str objects while engine_start_ucx runs) */
+  Py_ssize_t n = cfg ? PyDict_Size(cfg) : 0;
+  size_t slots = n > 0 ? (size_t)n : 1;
+  const char **keys = calloc(slots, sizeof(char *)), **vals = calloc(slots, sizeof(char *));
+  if (!keys || !vals) { free(keys); free(vals); PyErr_NoMemory(); return -1; }
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  for (int i = 0; cfg && PyDict_Next(cfg, &pos, &k, &v); i++) {
+    keys[i] = PyUnicode_AsUTF8(k);
+    vals[i] = PyUnicode_AsUTF8(v);
+    if (!keys[i] || !vals[i]) { free(keys); free(vals); return -1; }
+  }
+  int rc = engine_start_ucx(&self->core, (int)n, keys, vals, &err);
+  if (rc < 0) {
+    if (err.kind == NE_SETTING)
+      PyErr_Format(PyExc_ValueError, "UCX refused the setting %s=%s: %s", keys[err.at], vals[err.at], err.msg);
+    else
+      raise_ne(&err);
+  }
+  free(keys); free(vals);
+  return rc;
+}
+
+static PyObject *Engine_address(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  ucp_address_t *a;
+  size_t n;
+  ne_err err = {0};
+  if (engine_address(&self->core, &a, &n, &err) < 0) { raise_ne(&err); return NULL; }
+  PyObject *r = PyBytes_FromStringAndSize((const char *)a, (Py_ssize_t)n);
+  engine_address_free(&self->core, a);
+  return r;
+}
+
+static PyObject *Engine_info(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  size_t len;
+  char *buf = engine_info(&self->core, &len);
+  if (!buf) return PyErr_SetFromErrno(PyExc_OSError);
+  PyObject *r = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)len, "replace");
+  free(buf);
+  return r;
+}
+
+static PyObject *Engine_connect(Engine *self, PyObject *args) {
+  PyObject *addrs, *remote;
+  if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &addrs, &PyList_Type, &remote)) return NULL;
+  int size = self->core.size;
+  if (PyList_GET_SIZE(addrs) != size || PyList_GET_SIZE(remote) != size) {
+    PyErr_SetString(PyExc_ValueError, "connect() needs an address and a remote flag per rank");
+    return NULL;
+  }
+  if (self->core.started) { PyErr_SetString(PyExc_RuntimeError, "already connected"); return NULL; }
+  const char **as = calloc((size_t)size, sizeof(char *));
+  int *rs = calloc((size_t)size, sizeof(int));
+  if (!as || !rs) { free(as); free(rs); return PyErr_NoMemory(); }
+  for (int p = 0; p < size; p++) {  /* the addresses stay owned by the list's bytes objects */
+    if (p == self->core.rank) continue;
+    char *a; Py_ssize_t n;
+    if (PyBytes_AsStringAndSize(PyList_GET_ITEM(addrs, p), &a, &n) < 0) { free(as); free(rs); return NULL; }
+    as[p] = a;
+    rs[p] = PyObject_IsTrue(PyList_GET_ITEM(remote, p));
+  }
+  ne_err err = {0};
+  int rc = engine_connect(&self->core, as, rs, &err);
+  free(as); free(rs);
+  if (rc < 0) { raise_ne(&err); return NULL; }
+  Py_RETURN_NONE;
+}
+
+static Op *new_op(Engine *e, batch_t *b) {
+  Op *o = PyObject_New(Op, &OpType);
+  if (!o) return NULL;
+  Py_INCREF(e);
+  o->eng = e;
+  o->b = b;
+  o->have_view = 0;
+  return o;
+}
+
+/* send(peer, buffer[, timeout, p2p]) / recv(...): one message (p2p: a point-to-point one, tagged so a receive
+   from any source can tell it from a collective's); the Op keeps the buffer alive */
+static PyObject *one_op(Engine *self, PyObject *args, int kind) {
+  int peer, p2p = 0;
+  PyObject *obj;
+  double timeout = 0;
+  if (!PyArg_ParseTuple(args, "iO|dp", &peer, &obj, &timeout, &p2p)) return NULL;
+  if (check_open(self) < 0 || check_peer(self, peer) < 0) return NULL;
+  batch_t *b = batch_new(1, BK_OP);
+  if (!b) return PyErr_NoMemory();
+  Op *o = new_op(self, b);
+  if (!o) { batch_unref(b); return NULL; }
+  if (PyObject_GetBuffer(obj, &o->view, kind == K_RECV ? PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS) < 0) {
+    Py_DECREF(o);
+    return NULL;
+  }
+  o->have_view = 1;
+  op_t *x = &b->ops[0];
+  x->kind = kind; x->peer = peer; x->buf = o->view.buf; x->len = (size_t)o->view.len;
+  x->tag = eager_tag(&self->core, kind, peer) | (p2p ? P2P_BIT : 0);
+  b->timeout = timeout;
+  submit(&self->core, b, 1);
+  return (PyObject *)o;
+}
+
+/* probe(peer): whether the next eager message expected from ``peer`` is a point-to-point one already here
+   (engine_probe) */
+static PyObject *Engine_probe(Engine *self, PyObject *args) {
+  int peer, found;
+  if (!PyArg_ParseTuple(args, "i", &peer)) return NULL;
+  if (peer < 0 || peer >= self->core.size || peer == self->core.rank) {
+    PyErr_Format(PyExc_ValueError, "probe: peer %d is not another rank of %d", peer, self->core.size);
+    return NULL;
+  }
+  Py_BEGIN_ALLOW_THREADS
+  found = engine_probe(&self->core, peer);
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(found);
+}
+
+static PyObject *Engine_send(Engine *self, PyObject *args) { return one_op(self, args, K_SEND); }
+static PyObject *Engine_recv(Engine *self, PyObject *args) { return one_op(self, args, K_RECV); }
+
+/* parse [(kind, peer, ptr, nbytes), ...] into b's ops */
+static int parse_ops(Engine *self, PyObject *ops, batch_t *b) {
+  for (int i = 0; i < b->nops; i++) {
+    PyObject *t = PyList_GET_ITEM(ops, i);
+    int kind, peer;
+    unsigned long long ptr, len;
+    if (!PyArg_ParseTuple(t, "iiKK", &kind, &peer, &ptr, &len)) return -1;
+    if ((kind != K_SEND && kind != K_RECV) || check_peer(self, peer) < 0) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "op kind must be 0 (send) or 1 (recv)");
+      return -1;
+    }
+    op_t *o = &b->ops[i];
+    o->kind = kind; o->peer = peer; o->buf = (char *)(uintptr_t)ptr; o->len = (size_t)len;
+  }
+  return 0;
+}
+
+/* staged(ops, ready_addr, ready_tok, done_addr, done_val, timeout, label[, gate_addr]): an eager GPU network
+   step over pinned host memory; the engine owns it (failures go to error()). Tags are assigned now, in call
+   order. gate_addr: a word that, nonzero when the token comes, fails the step without sending anything. */
+static PyObject *Engine_staged(Engine *self, PyObject *args) {
+  PyObject *ops;
+  unsigned long long ready, done, gate = 0;
+  unsigned int rtok, dval;
+  double timeout;
+  const char *label;
+  if (!PyArg_ParseTuple(args, "O!KIKIds|K", &PyList_Type, &ops, &ready, &rtok, &done, &dval, &timeout, &label,
+                        &gate))
+    return NULL;
+  if (check_open(self) < 0) return NULL;
+  batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_STAGED);
+  if (!b) return PyErr_NoMemory();
+  if (parse_ops(self, ops, b) < 0) { batch_unref(b); return NULL; }
+  submit_staged(&self->core, b, ready, rtok, gate, done, dval, timeout, label, 1);
+  Py_RETURN_NONE;
+}
+
+/* template(ops, done_addr, arm_addr, timeout, label) -> Template: a network step a CUDA graph captured. Each
+   replay clears the done word, then sets the arm word once the staged data is in place, then waits for the
+   done word to reach 1; the engine, polling the arm word from now until the Template is retired, posts the
+   step at each replay and writes 1 to the done word when it ends, ok or not. */
+static PyObject *Engine_template(Engine *self, PyObject *args) {
+  PyObject *ops;
+  unsigned long long done, arm;
+  double timeout;
+  const char *label;
+  if (!PyArg_ParseTuple(args, "O!KKds", &PyList_Type, &ops, &done, &arm, &timeout, &label)) return NULL;
+  if (check_open(self) < 0) return NULL;
+  if (!arm) {
+    PyErr_SetString(PyExc_ValueError, "a template needs an arm word (the graph sets it at each replay)");
+    return NULL;
+  }
+  batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_TEMPLATE);
+  if (!b) return PyErr_NoMemory();
+  if (parse_ops(self, ops, b) < 0) { batch_unref(b); return NULL; }
+  int rc = engine_template_prepare(&self->core, b, done, arm, timeout, label);
+  if (rc < 0) {
+    batch_unref(b);
+    if (rc == -2) return PyErr_NoMemory();
+    if (rc == -3)
+      PyErr_SetString(PyExc_RuntimeError, "this communicator has captured 65535 network steps with one peer, "
+                      "the most it can hold");
+    else
+      PyErr_SetString(PyExc_ValueError, "a captured network step has more than 128 messages to one peer");
+    return NULL;
+  }
+  Template *t = PyObject_New(Template, &TemplateType);
+  if (!t) { batch_unref(b); return NULL; }
+  Py_INCREF(self);
+  t->eng = self;
+  t->b = b;
+  engine_template_hold(&self->core, b);
+  return (PyObject *)t;
+}
+
+static PyObject *Engine_ctrl_send(Engine *self, PyObject *args) {
+  int peer;
+  long long k, who, seq;
+  if (!PyArg_ParseTuple(args, "iLLL", &peer, &k, &who, &seq)) return NULL;
+  if (check_open(self) < 0 || check_peer(self, peer) < 0) return NULL;
+  batch_t *b = engine_ctrl_batch(&self->core, peer, k, who, seq);
+  if (!b) return PyErr_NoMemory();
+  Op *op = new_op(self, b);
+  if (!op) { batch_unref(b); return NULL; }
+  submit(&self->core, b, 1);
+  return (PyObject *)op;
+}
+
+static PyObject *Engine_ctrl_poll(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  PyObject *out = PyList_New(0);
+  if (!out) return NULL;
+  int h, t = engine_ctrl_pending(&self->core, &h);
+  for (; h < t; h++) {
+    const int64_t *m = engine_ctrl_at(&self->core, h);
+    PyObject *tup = Py_BuildValue("(LLL)", (long long)m[0], (long long)m[1], (long long)m[2]);
+    if (!tup || PyList_Append(out, tup) < 0) { Py_XDECREF(tup); Py_DECREF(out); return NULL; }
+    Py_DECREF(tup);
+  }
+  engine_ctrl_taken(&self->core, h);
+  return out;
+}
+
+static PyObject *Engine_dead(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  char why[sizeof self->core.dead_why];
+  int r = engine_dead(&self->core, why, sizeof why);
+  if (r < 0) Py_RETURN_NONE;
+  return Py_BuildValue("(is)", r, why);
+}
+
+static PyObject *Engine_error(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  int peer;
+  char msg[sizeof self->core.first_err];
+  int code = engine_error(&self->core, &peer, msg, sizeof msg);
+  if (!code) Py_RETURN_NONE;
+  return Py_BuildValue("(iis)", code, peer, msg);
+}
+
+static PyObject *Engine_abort(Engine *self, PyObject *args) {
+  int origin = -1;
+  if (!PyArg_ParseTuple(args, "|i", &origin)) return NULL;
+  engine_abort(&self->core, origin);
+  Py_RETURN_NONE;
+}
+
+static PyObject *Engine_pending(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  uint64_t n, sent, got;
+  Py_BEGIN_ALLOW_THREADS
+  engine_counters(&self->core, &n, &sent, &got);
+  Py_END_ALLOW_THREADS
+  return Py_BuildValue("(KKK)", (unsigned long long)n, (unsigned long long)sent, (unsigned long long)got);
+}
+
+static PyObject *Engine_close(Engine *self, PyObject *noargs) {
+  (void)noargs;
+  Py_BEGIN_ALLOW_THREADS
+  engine_close(&self->core);
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+static void Engine_dealloc(Engine *self) {
+  engine_free(&self->core);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Engine_rank(Engine *self, void *c) { (void)c; return PyLong_FromLong(self->core.rank); }
+
+static PyMethodDef Engine_methods[] = {
+  {"program", (PyCFunction)Engine_program, METH_VARARGS, "A recorded GPU network call to replay (hpccl/gpu/netreplay.py)."},
+  {"address", (PyCFunction)Engine_address, METH_NOARGS, "This worker's UCX address (bytes)."},
+  {"info", (PyCFunction)Engine_info, METH_NOARGS, "UCX's description of the context and worker."},
+  {"connect", (PyCFunction)Engine_connect, METH_VARARGS, "connect(addresses, remote): endpoints, then the thread."},
+  {"send", (PyCFunction)Engine_send, METH_VARARGS, "send(peer, buffer[, timeout, p2p]) -> Op"},
+  {"recv", (PyCFunction)Engine_recv, METH_VARARGS, "recv(peer, buffer[, timeout, p2p]) -> Op"},
+  {"probe", (PyCFunction)Engine_probe, METH_VARARGS, "probe(peer) -> whether peer's next message has arrived"},
+  {"staged", (PyCFunction)Engine_staged, METH_VARARGS, "An eager GPU network step over pinned host memory."},
+  {"template", (PyCFunction)Engine_template, METH_VARARGS, "A network step for a CUDA graph (Template)."},
+  {"ctrl_send", (PyCFunction)Engine_ctrl_send, METH_VARARGS, "ctrl_send(peer, kind, who, seq) -> Op"},
+  {"ctrl_poll", (PyCFunction)Engine_ctrl_poll, METH_NOARGS, "Control messages that arrived [(kind, who, seq)]."},
+  {"dead", (PyCFunction)Engine_dead, METH_NOARGS, "(rank, why) of the first peer whose connection failed, or None."},
+  {"error", (PyCFunction)Engine_error, METH_NOARGS, "(code, peer, message) of the first failed GPU step, or None."},
+  {"abort", (PyCFunction)Engine_abort, METH_VARARGS, "abort([origin]): fail everything in flight."},
+  {"counters", (PyCFunction)Engine_pending, METH_NOARGS, "(batches done, bytes sent, bytes received)."},
+  {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop the thread, close endpoints and the worker."},
+  {NULL, NULL, 0, NULL}};
+
+static PyObject *Engine_get_seq(Engine *self, void *c) { (void)c; return PyLong_FromLongLong(self->seq); }
+static int Engine_set_seq(Engine *self, PyObject *v, void *c) {
+  (void)c;
+  long long s = v ? PyLong_AsLongLong(v) : -1;
+  if (s == -1 && (!v || PyErr_Occurred())) {
+    if (!v) PyErr_SetString(PyExc_TypeError, "seq cannot be deleted");
+    return -1;
+  }
+  self->seq = s;
+  return 0;
+}
+
+static PyGetSetDef Engine_getset[] = {
+  {"rank", (getter)Engine_rank, NULL, "rank", NULL},
+  {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "
+   "Python's calls and by NetHot's)", NULL},
+  {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject EngineType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "hpccl._netengine.Engine",
+  .tp_basicsize = sizeof(Engine),
+  .tp_flags = Py_TPFLAGS_DEFAULT,
+  .tp_doc = "Engine(rank, size, config): a UCP worker and its progress thread.",
+  .tp_methods = Engine_methods,
+  .tp_getset = Engine_getset,
+  .tp_init = (initproc)Engine_init,
+  .tp_new = PyType_GenericNew,
+  .tp_dealloc = (destructor)Engine_dealloc,
+};
+
+/* ----- the module ------------------------------------------------------------------------------------ */
+static PyObject *mod_version(PyObject *m, PyObject *noargs) {
+  (void)m; (void)noargs;
+  unsigned maj, min, rel;
+  ucp_get_version(&maj, &min, &rel);
+  return Py_BuildValue("((III)(ii))", maj, min, rel, UCP_API_MAJOR, UCP_API_MINOR);
+}
+
+static PyMethodDef mod_methods[] = {
+  {"version", mod_version, METH_NOARGS, "((loaded libucp version), (headers built against))"},
+  {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",
+                                    "hpccl's native UCX network engine (a GIL-free progress thread).", -1,
+                                    mod_methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__netengine(void) {
+  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0 ||
+      PyType_Ready(&NetHotType) < 0 ||
+      PyType_Ready(&NetProgramType) < 0)
+    return NULL;
+  PyObject *m = PyModule_Create(&moddef);
+  if (!m) return NULL;
+  HpErr = PyErr_NewException("hpccl._netengine.EngineError", PyExc_RuntimeError, NULL);
+  Py_INCREF(&EngineType);
+  PyModule_AddObject(m, "Engine", (PyObject *)&EngineType);
+  PyModule_AddObject(m, "EngineError", HpErr);
+  Py_INCREF(&NetHotType);
+  PyModule_AddObject(m, "NetHot", (PyObject *)&NetHotType);
+  Py_INCREF(&NetProgramType);
+  PyModule_AddObject(m, "NetProgram", (PyObject *)&NetProgramType);
+  PyModule_AddIntConstant(m, "SEND", K_SEND);
+  PyModule_AddIntConstant(m, "RECV", K_RECV);
+  PyModule_AddIntConstant(m, "E_PEER", E_PEER);
+  PyModule_AddIntConstant(m, "E_TIMEOUT", E_TIMEOUT);
+  PyModule_AddIntConstant(m, "E_ABORT", E_ABORT);
+  PyModule_AddIntConstant(m, "E_SIZE", E_SIZE);
+  PyModule_AddIntConstant(m, "E_CLOSED", E_CLOSED);
+  return m;
+}

@@ -1,0 +1,173 @@
+"""Repeated GPU calls across nodes enqueued by one C call (HPCCL_NET_REPLAY).
+
+The first call of a key (collective, buffers, dtype, op, root, stream) runs in Python on the staged network
+path (hpccl/gpu/netstep.py) and is recorded as the stream work it enqueues: copies to and from pinned staging
+memory, kernel launches, and each network step (ready token, the step's messages, the wait for its done
+word). The next calls of that key replay the recording in hpccl/csrc/_netreplay.c: the same driver calls and the
+same messages handed to the engine in the same order, so the per-peer tags agree with a peer that runs the
+Python path. A call whose recording saw anything it cannot replay (a capture, another stream, an input
+copied aside) is not kept, and runs in Python every time.
+
+What the recordings point into (the staging areas, scratch buffers) is kept alive with them; every
+recording goes when the planner drops its plans (HPCCL_ALGO forced, a buffer registered) or the
+communicator ends.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Dict, List, Optional
+
+from .. import config
+from ..errors import HpcclSystemError
+
+MAX_PROGRAMS = 256  # recorded calls kept per communicator (all go when there are more)
+
+
+class Recording:
+    """The stream work of one GPU network call, in the order it was enqueued (actions _netreplay.c knows)."""
+
+    __slots__ = ("stream", "acts", "msgs", "keep", "why", "gate", "_posts")
+
+    def __init__(self, stream: int) -> None:
+        self.stream = stream
+        self.acts: List[tuple] = []
+        self.msgs: List[tuple] = []
+        self.keep: List[Any] = []
+        self.why: Optional[str] = None
+        self.gate: Optional[int] = None
+        self._posts: Dict[tuple, int] = {}  # (lane, done value) -> index of the post that hands it out
+
+    def refuse(self, why: str) -> None:
+        """This call cannot be replayed (the first reason is kept, for the log)."""
+        if self.why is None:
+            self.why = why
+
+    def _on(self, stream: int) -> bool:
+        if stream != self.stream:
+            self.refuse("work on another stream")
+            return False
+        return True
+
+    def copy(self, kind: int, dst: int, src: int, n: int, stream: int) -> None:
+        """kind 0: device to host, 1: host to device, 2: device to device."""
+        if self._on(stream):
+            self.acts.append((kind, dst, src, n))
+
+    def token(self, stream: int, by_kernel: bool = False) -> None:
+        """The next ready token, written on the stream (or by the step's fused kernel: ``by_kernel``); every
+        lane's batch of the step waits for it."""
+        if self._on(stream):
+            self.acts.append((7 if by_kernel else 6, 0))
+
+    def post(self, ops: List[tuple], lane: int, val: int, gate: int, stream: int) -> None:
+        """One lane's batch of a step, handed over at the last token."""
+        if not self._on(stream):
+            return
+        if self.gate is not None and gate != self.gate:
+            self.refuse("steps with different gates")
+        self.gate = gate
+        self._posts[(lane, val)] = len(self._posts)
+        self.acts.append((3, len(ops), lane))
+        self.msgs.extend(ops)
+
+    def wait(self, lane: int, val: int, stream: int) -> None:
+        if self._on(stream):
+            k = self._posts.get((lane, val))
+            if k is None:
+                self.refuse("a wait for a step of another call")
+            else:
+                self.acts.append((4, k))
+
+    def sync(self, lanes: int, stream: int) -> None:
+        """Lanes [0, lanes) take the done value furthest ahead among them (a piped step's pieces are numbered
+        from one value on every lane)."""
+        if self._on(stream):
+            self.acts.append((9, lanes))
+
+    def fused(self, func: int, grid: int, block: int, args: tuple, lane: int, val: int, stream: int) -> None:
+        """A fused or piped step's kernel: its last argument is patched at each replay with the latest token
+        and the done value of the post (lane, val) it waits for first."""
+        if self._on(stream):
+            k = self._posts.get((lane, val))
+            if k is None or len(args) not in (8, 10):
+                self.refuse("a fused step without its post")
+            else:
+                self.acts.append((8, func, grid, block, tuple(int(a) & 0xFFFFFFFFFFFFFFFF for a in args), k))
+
+    def launch(self, func: int, grid: int, block: int, args: tuple, stream: int) -> None:
+        if self._on(stream):
+            if len(args) > 10:
+                self.refuse("a kernel with more than 10 arguments")
+            else:
+                self.acts.append((5, func, grid, block, tuple(int(a) & 0xFFFFFFFFFFFFFFFF for a in args)))
+
+
+class NetReplays:
+    """The recorded calls of one communicator's staged network path, and their replay."""
+
+    def __init__(self, net: Any, mem: Any, fns: Optional[tuple] = None) -> None:
+        self.net, self.mem = net, mem  # netstep.StagedNet, the primitives' DeviceMemory
+        if fns is None:  # the CUDA driver's (a test passes stand-ins, in the same order)
+            from ..kernels import Driver
+            d = Driver.get()
+            fns = tuple(Driver.address(f) for f in (
+                d.memcpy_dtoh, d.memcpy_htod, d.memcpy_async, d.write_value32, d.wait_value32, d.launch_fn,
+                d._is_capturing, d.event_record, d.stream_wait_event))
+        self._fns = fns
+        self._progs: Dict[tuple, Any] = {}
+        self._refused: Dict[tuple, str] = {}
+        self.replayed = 0
+
+    def fire(self, key: tuple, label: str) -> int:
+        """Replay the call recorded under ``key``: 0 enqueued, -1 none recorded, 1 the stream is capturing,
+        2 the engine failed or closed (nothing enqueued in the last two: the Python path runs and reports)."""
+        p = self._progs.get(key)
+        if p is None:
+            return -1
+        try:
+            rc = p.run(key[-1], label)
+        except RuntimeError as exc:
+            raise HpcclSystemError(str(exc)) from None
+        if rc == 0:
+            self.replayed += 1
+        return rc
+
+    def start(self, key: Any, stream: int) -> Optional[Recording]:
+        """A recording for this call (None when ``key`` is None or was refused before)."""
+        if key is None or key in self._progs or key in self._refused or self.net.rec is not None:
+            return None
+        rec = Recording(stream)
+        self.net.rec = self.mem.rec = rec
+        return rec
+
+    def finish(self, key: Any, rec: Optional[Recording], ok: bool) -> None:
+        """Keep ``rec`` for replays of ``key`` when the call enqueued everything and nothing was refused."""
+        if rec is None:
+            return
+        self.net.rec = self.mem.rec = None
+        if not ok:
+            return
+        if rec.why == "captured":  # the same call made eagerly later is recorded then
+            return
+        if rec.why is not None or not rec.acts:
+            self._refused[key] = rec.why or "nothing enqueued"
+            return
+        if len(self._progs) >= MAX_PROGRAMS:
+            self.drop()
+        net = self.net
+        lanes = tuple((e, h, d) for e, (h, d) in zip(net.engs, net.dones))
+        self._progs[key] = net.eng.program(
+            rec.acts, rec.msgs, self._fns, (net.ready_h, net.ready_d), lanes,
+            ctypes.addressof(net.st), net._join_ev, net.timeout, rec.gate or 0, rec.keep)
+
+    def drop(self) -> None:
+        """Forget every recording (the planner dropped its plans, or the communicator ends)."""
+        self._progs.clear()
+        self._refused.clear()
+
+    def __len__(self) -> int:
+        return len(self._progs)
+
+
+def enabled() -> bool:
+    return bool(config.get("HPCCL_NET_REPLAY"))

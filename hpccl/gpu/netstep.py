@@ -1,0 +1,796 @@
+"""GPU network steps through the native engine, in stream order, with no host sync and no helper thread
+of hpccl's own on the data path: the caller's thread enqueues everything and returns.
+
+One exchange (the sends and receives of one step of a ring, tree or linear schedule) becomes, on the
+caller's stream S:
+
+    DtoH copies of the send buffers into pinned staging memory
+    write token t to the step's "ready" word            (cuStreamWriteValue32)
+    wait until the "done" word reaches v                 (cuStreamWaitValue32)
+    HtoD copies, or reduce kernels reading the staged data through its device mapping
+
+and the engine (hpccl/csrc/_netcore.c) is handed the step's messages at once: it posts them when it sees
+token t (the staged data is in place, and the GPU is done with the previous step's received data, which
+shares the staging memory), and writes v when every message has ended, ok or not. The engine never calls
+CUDA and never takes the GIL, so nothing the caller's thread does (allocating, loading kernels, holding
+the GIL) can stall a step.
+
+Under CUDA graph capture the step becomes a template the engine holds, with words of its own: each replay
+clears the step's done word and sets its arm word (stream memory operations, after the staged data is in
+place), the engine, which polls the arm words of its templates, posts the step again, and the stream waits
+for the done word; no host function runs in the graph. Replays use a tag space of their own
+(hpccl/csrc/_netcore.h), so captured and eager steps never match each other's messages. Captured steps get
+staging memory and words of their own, kept until the communicator is destroyed.
+
+A failed step (a peer gone, HPCCL_TIMEOUT, an abort) still writes its done word, so no stream stays
+blocked; the communicator's next call or synchronize() raises the error, as ncclCommGetAsyncError does.
+
+Messages above HPCCL_NET_SLICE go in slices, a batch per slice pipelined on the stream, and slice i of
+every message goes over lane i mod L (HPCCL_NET_LANES: engines of their own, with a done word and counter
+each; one ready token per step). What the steps enqueue may be recorded (``rec``) so that a repeated call
+is enqueued again by one C call (hpccl/gpu/netreplay.py).
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from typing import Any, Callable, List, Optional, Sequence
+
+from .. import config, log
+from ..errors import HpcclError, HpcclTimeoutError
+from ..runtime.primitives import Primitives, Recv, Send
+from ..runtime.progress import Waiter
+
+WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe)
+_ALIGN = 256
+_WORDS = 1024  # done words per page of pinned words (one per captured step)
+
+
+NO_STREAM = (1 << 64) - 1
+
+
+MAX_LANES = 8
+PIPE_BLOCKS = 8  # pieces a piped step's kernel has in flight (a block each)
+MIN_PIECE = 64 << 10  # smallest piece a message is cut into to fill its lanes (each piece is a UCX message)
+
+
+class NetState(ctypes.Structure):
+    """Counters of one communicator's eager network steps, shared with the C replay of recorded calls
+    (hpccl/csrc/_netreplay.c, net_state: keep the layouts equal): ready tokens written, the stream of the latest
+    call, whether the join event was recorded after it, and per lane the done values handed out."""
+    _fields_ = [("tok", ctypes.c_uint32), ("_pad0", ctypes.c_uint32), ("last_stream", ctypes.c_uint64),
+                ("joinable", ctypes.c_int32), ("_pad1", ctypes.c_int32), ("val", ctypes.c_uint32 * MAX_LANES)]
+
+
+def new_state() -> NetState:
+    st = NetState()
+    st.last_stream = NO_STREAM
+    return st
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Pinned:
+    """One pinned, device-mapped host allocation."""
+
+    def __init__(self, driver: Any, nbytes: int) -> None:
+        self.driver = driver
+        self.nbytes = max(nbytes, 64)
+        self.host = driver.host_alloc(self.nbytes)
+        self.dev = driver.host_device_pointer(self.host)
+
+    def free(self) -> None:
+        if self.host:
+            self.driver.mem_free_host(ctypes.c_void_p(self.host))
+            self.host = 0
+
+
+class StagedNet:
+    """The device half of one communicator's network path: staging memory, the ready/done words, and
+    the hand-over of each step to the engine."""
+
+    def __init__(self, engine: Any, device: int, transport: Any = None, lanes: Sequence[Any] = ()) -> None:
+        from ..kernels import Driver
+        self.eng = engine  # hpccl._netengine.Engine
+        # lane j (engines of their own: a UCP worker and a thread each) carries piece j mod L of every
+        # message, so one peer's pieces move over L connections at once; lane 0 is the communicator's engine
+        self.engs = [engine, *lanes][:MAX_LANES]
+        self.transport = transport  # its EngineTransport: who an abort named (step_error)
+        # the host address of a word that, set when a step's token comes, means its staged data is not whole
+        # (hier: the node step's GPU error word); the engine then sends nothing
+        self.gate: Optional[Callable[[], int]] = None
+        self.device = device
+        self.driver = Driver.get()
+        self.timeout = float(config.get("HPCCL_TIMEOUT"))
+        self._words = _Pinned(self.driver, 64)
+        ctypes.memset(self._words.host, 0, 64)
+        self.ready_h, self.ready_d = self._words.host, self._words.dev  # one ready word: every lane reads it
+        self.dones = [(self._words.host + 4 + 4 * j, self._words.dev + 4 + 4 * j) for j in range(len(self.engs))]
+        self.done_h, self.done_d = self.dones[0]
+        self.st = new_state()  # tokens, done values, last stream (shared with replays)
+        self.rec: Any = None  # a netreplay.Recording while a call is recorded for replay
+        self._stage: Optional[_Pinned] = None
+        self._old: List[_Pinned] = []  # outgrown staging areas: earlier steps may still use them
+        self._graph: List[Any] = []    # captured steps' staging, words and templates (live until close)
+        self._armed: List[tuple] = []  # (arm, done) host words of each captured template
+        self._gwords: Optional[_Pinned] = None
+        self._gword_next = _WORDS
+        self._join_ev = self.driver.event()
+        self.steps = 0
+        self.captured = 0
+        self.fused = 0  # steps run as one kernel (step_fused)
+        self.fused_size = int(config.get("HPCCL_NET_FUSED_SIZE"))
+        self.piped = 0  # steps run as one kernel walking their pieces (step_piped)
+        self.pipe = bool(config.get("HPCCL_NET_PIPE"))
+        sl = int(config.get("HPCCL_NET_SLICE"))
+        self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
+
+    # ----- memory -------------------------------------------------------------------------------------
+    def staging(self, nbytes: int) -> _Pinned:
+        """The eager staging area, at least ``nbytes``; one area serves every step in turn (stream order
+        keeps a step's copies after the previous step's reads of it)."""
+        if self._stage is None or self._stage.nbytes < nbytes:
+            if self._stage is not None:
+                self._old.append(self._stage)
+            self._stage = _Pinned(self.driver, max(nbytes, 1 << 20, 2 * (self._stage.nbytes if self._stage else 0)))
+        return self._stage
+
+    def _graph_word(self, n: int = 1) -> tuple:
+        """(host, device) address of the first of ``n`` consecutive words for a captured step, zeroed."""
+        if self._gwords is None or self._gword_next + n > _WORDS:
+            self._gwords = _Pinned(self.driver, 4 * _WORDS)
+            ctypes.memset(self._gwords.host, 0, 4 * _WORDS)
+            self._graph.append(self._gwords)
+            self._gword_next = 0
+        i = self._gword_next
+        self._gword_next += n
+        return self._gwords.host + 4 * i, self._gwords.dev + 4 * i
+
+    # ----- ordering across streams --------------------------------------------------------------------
+    def enter(self, stream: int) -> None:
+        """A call on a stream other than the last one's waits for the last one's work (the steps share
+        staging memory and the engine's order), through the event leave() recorded at its end: never
+        through the old stream's handle, which its owner may have destroyed since."""
+        st = self.st
+        last = st.last_stream
+        if last != NO_STREAM and last != stream and st.joinable and not self.driver.capturing(stream):
+            self.driver.stream_wait_event(ctypes.c_void_p(stream), ctypes.c_void_p(self._join_ev), 0)
+        st.last_stream = stream
+
+    def leave(self, stream: int) -> None:
+        """Mark the end of this call's work on ``stream`` (not while capturing: a graph's work is ordered
+        by its own launch stream)."""
+        if self.driver.capturing(stream):
+            self.st.joinable = 0
+            return
+        self.driver.event_record(ctypes.c_void_p(self._join_ev), ctypes.c_void_p(stream))
+        self.st.joinable = 1
+
+    # ----- one step ----------------------------------------------------------------------------------
+    def step(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
+             consume: Callable[[int, tuple], None]) -> None:
+        """Enqueue one exchange on ``stream``. sends: (peer, dev_ptr, nbytes); recvs: (peer, nbytes, ...)
+        handed back with the staged data's device address to ``consume(addr, recv)`` after the wait."""
+        d = self.driver
+        s = ctypes.c_void_p(stream)
+        total = sum(_align(n) for _, _, n in sends) + sum(_align(r[1]) for r in recvs)
+        capturing = d.capturing(stream)
+        rec = self.rec
+        if rec is not None and capturing:
+            rec.refuse("captured")
+        if self.slice and not capturing and (any(n > self.slice for _, _, n in sends)
+                                             or any(r[1] > self.slice for r in recvs)) \
+                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs):
+            return self._step_sliced(stream, sends, recvs, label, consume, total)
+        if capturing:
+            area = _Pinned(d, total)
+            self._graph.append(area)
+        else:
+            area = self.staging(total)
+        # eager messages go out in the same slices, on the same lanes, as on the pipelined path (one batch
+        # here), so the peers' per-lane tag sequences agree whichever path each side took; a captured step
+        # puts a piece on each lane (a template per lane)
+        cut = self._lane_pieces if capturing else self._pieces if self.slice else (lambda n: [(0, n)])
+        nl = len(self.engs)
+        ops, off = [], 0
+        for peer, ptr, n in sends:
+            if n:
+                rc = d.memcpy_dtoh(ctypes.c_void_p(area.host + off), ptr, n, s)
+                if rc:
+                    raise self._cuda("cuMemcpyDtoHAsync", rc)
+                if rec is not None:
+                    rec.copy(0, area.host + off, ptr, n, stream)
+            ops.extend((i % nl, (0, peer, area.host + off + o, ln)) for i, (o, ln) in enumerate(cut(n)))
+            off += _align(n)
+        places = []
+        for r in recvs:
+            ops.extend((i % nl, (1, r[0], area.host + off + o, ln)) for i, (o, ln) in enumerate(cut(r[1])))
+            places.append(area.dev + off)
+            off += _align(r[1])
+        if capturing:
+            rc = self._capture(s, ops, label)
+            self.captured += 1
+        else:
+            rc = self._wait(s, self._post(s, ops, label))
+        if rc:
+            raise self._cuda("cuStreamWaitValue32", rc)
+        self.steps += 1
+        for addr, r in zip(places, recvs):
+            if r[1]:
+                consume(addr, r)
+
+    def _capture(self, s: Any, ops: list, label: str) -> int:
+        """A captured step: a template per lane that has messages, each with a done and an arm word of its
+        own. Each replay clears every done word, then sets every arm word (the lanes' engines, polling them,
+        clear them and post their messages), then waits for every done word; the writes reach the host in
+        stream order, after the staged data. The first failing driver call's code, else 0."""
+        d = self.driver
+        words = []
+        for j in sorted({lane for lane, _op in ops}) or [0]:
+            (done_h, done_d), (arm_h, arm_d) = self._graph_word(), self._graph_word()
+            t = self.engs[j].template([op for lane, op in ops if lane == j], done_h, arm_h, self.timeout, label)
+            self._graph.append(t)
+            self._armed.append((arm_h, done_h))
+            words.append((done_d, arm_d))
+        for done_d, arm_d in words:
+            rc = d.write_value32(s, done_d, 0, 0) or d.write_value32(s, arm_d, 1, 0)
+            if rc:
+                raise self._cuda("cuStreamWriteValue32", rc)
+        for done_d, _arm_d in words:
+            rc = d.wait_value32(s, done_d, 1, WAIT_GEQ)
+            if rc:
+                return rc
+        return 0
+
+    def _post(self, s: Any, ops: list, label: str, by_kernel: bool = False) -> List[tuple]:
+        """Write the next ready token on the stream (``by_kernel``: the step's kernel writes it) and hand
+        ``ops`` ((lane, op) pairs) to the engines, an eager batch per lane that has any (lane 0 when none
+        has); returns the (lane, done value) pairs the stream then waits for."""
+        st = self.st
+        st.tok = (st.tok + 1) & 0xFFFFFFFF
+        tok = st.tok
+        if not by_kernel:
+            rc = self.driver.write_value32(s, self.ready_d, tok, 0)
+            if rc:
+                raise self._cuda("cuStreamWriteValue32", rc)
+        rec = self.rec
+        if rec is not None:
+            rec.token(s.value or 0, by_kernel)
+        gate = self.gate() if self.gate is not None else 0
+        lanes = sorted({lane for lane, _op in ops}) or [0]
+        out = []
+        for j in lanes:
+            mine = [op for lane, op in ops if lane == j]
+            st.val[j] = val = (st.val[j] + 1) & 0xFFFFFFFF
+            self.engs[j].staged(mine, self.ready_h, tok, self.dones[j][0], val, self.timeout, label, gate)
+            if rec is not None:
+                rec.post(mine, j, val, gate, s.value or 0)
+            out.append((j, val))
+        return out
+
+    def fusable(self, sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
+        """Whether one exchange can run as one kernel (step_fused): not under capture (the caller checks),
+        at most one message each way, each within HPCCL_NET_FUSED_SIZE (so one piece, on lane 0), a
+        contiguous receive buffer (and source)."""
+        lim = self.fused_size
+        return (0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
+                and all(self._one_piece(n, lim) for _p, _ptr, n in sends)
+                and all(self._one_piece(r[1], lim) for r in recvs)
+                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+
+    def _one_piece(self, n: int, lim: int) -> bool:
+        """n within the fused limit, and a message the other paths would send whole on lane 0 too (so a
+        peer with another limit, or none, posts the same messages)."""
+        return n <= lim and (not self.slice or len(self._pieces(n)) == 1)
+
+    def pipeable(self, sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
+        """Whether one exchange can run as one piped kernel (step_piped): HPCCL_NET_PIPE on, not under
+        capture (the caller checks), at most one message each way, a contiguous receive buffer (and
+        source)."""
+        return (self.pipe and 0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
+                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+
+    def step_piped(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
+                   launch: Callable[..., tuple]) -> None:
+        """One exchange of one message each way as one kernel walking its pieces (hp_net_pipe): piece i goes
+        on lane i mod L as a batch of its own, gated on token t0 + i, which the kernel writes once piece i is
+        staged, and the kernel combines piece i once lane i mod L's done word reaches v0 + i / L. The pieces
+        and lanes are those of the other paths (a peer that takes another path posts the same messages).
+        ``launch(send_stage, recv_stage, geom, lanes, tokval, words)`` enqueues the kernel and returns
+        (func, grid, block, args) for the recording."""
+        ns, nr, _ = _messages(send, recv, 0)
+        area = self.staging(_align(ns) + _align(nr))
+        sp = self._cut(ns) if send is not None else []
+        rp = self._cut(nr) if recv is not None else []
+        k, nl = max(len(sp), len(rp)), len(self.engs)
+        s = ctypes.c_void_p(stream)
+        self._sync_vals(min(k, nl), stream)
+        first = None
+        for i in range(k):
+            ops = []
+            if i < len(sp):
+                ops.append((i % nl, (0, send[0], area.host + sp[i][0], sp[i][1])))
+            if i < len(rp):
+                ops.append((i % nl, (1, recv[0], area.host + _align(ns) + rp[i][0], rp[i][1])))
+            posted = self._post(s, ops, label, by_kernel=True)
+            first = first or posted[0]
+        lane, val = first
+        geom = (sp[0][1] if len(sp) > 1 else max(ns, 1)) | (rp[0][1] if len(rp) > 1 else max(nr, 1)) << 32
+        func, grid, block, args = launch(area.dev, area.dev + _align(ns), geom, nl | k << 32,
+                                         self.st.tok | (val << 32), self.ready_d)
+        if self.rec is not None:
+            self.rec.fused(func, grid, block, args, lane, val, stream)
+        self.steps += 1
+        self.piped += 1
+
+    def _sync_vals(self, n: int, stream: int) -> None:
+        """Lanes [0, n) take the done value furthest ahead among them, so a piped step's piece i waits for
+        v0 + i / L on lane i mod L (a lane's done word only goes up, in post order)."""
+        v = self.st.val
+        m = v[0]
+        for j in range(1, n):
+            if 0 < ((v[j] - m) & 0xFFFFFFFF) < (1 << 31):
+                m = v[j]
+        for j in range(n):
+            v[j] = m
+        if self.rec is not None:
+            self.rec.sync(n, stream)
+
+    def _cut(self, n: int) -> List[tuple]:
+        """An eager message's pieces: _pieces, or the whole message when HPCCL_NET_SLICE is 0."""
+        return self._pieces(n) if self.slice else [(0, n)]
+
+    def step_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
+                   launch: Callable[..., tuple]) -> None:
+        """One small exchange as one kernel on ``stream``: the engine is handed the step's messages now,
+        gated on the token the kernel writes once it has staged the send; ``launch(send_stage, recv_stage,
+        tokval, words)`` enqueues the kernel (it waits for the done word and combines what arrived) and
+        returns (func, grid, block, args) for the recording."""
+        ns, nr, _ = _messages(send, recv, 0)
+        area = self.staging(_align(ns) + _align(nr))
+        s = ctypes.c_void_p(stream)
+        (lane, val), = self._post(s, [(0, m) for m in _messages(send, recv, area.host)[2]], label, by_kernel=True)
+        func, grid, block, args = launch(area.dev, area.dev + _align(ns), self.st.tok | (val << 32), self.ready_d)
+        if self.rec is not None:
+            self.rec.fused(func, grid, block, args, lane, val, stream)
+        self.steps += 1
+        self.fused += 1
+
+    def capture_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
+                      launch: Callable[..., tuple]) -> None:
+        """step_fused on a capturing stream: a template on lane 0 with an arm word and the done word after
+        it, and staging of its own; the kernel (captured) clears the done word, sets the arm word once the
+        send is staged, and waits for the engine's done := 1 at every replay."""
+        ns, nr, _ = _messages(send, recv, 0)
+        area = _Pinned(self.driver, _align(ns) + _align(nr))
+        self._graph.append(area)
+        ops = _messages(send, recv, area.host)[2]
+        if self.rec is not None:
+            self.rec.refuse("captured")
+        arm_h, arm_d = self._graph_word(2)  # arm, then done: the kernel's words[0] and words[1]
+        t = self.engs[0].template(ops, arm_h + 4, arm_h, self.timeout, label)
+        self._graph.append(t)
+        self._armed.append((arm_h, arm_h + 4))
+        launch(area.dev, area.dev + _align(ns), 1 | (1 << 32), arm_d, True)
+        self.steps += 1
+        self.captured += 1
+        self.fused += 1
+
+    def _wait(self, s: Any, posted: List[tuple]) -> int:
+        """The stream waits until every lane's batch of one post has ended; the first failing driver
+        call's code, else 0."""
+        for j, val in posted:
+            rc = self.driver.wait_value32(s, self.dones[j][1], val, WAIT_GEQ)
+            if rc:
+                return rc
+            if self.rec is not None:
+                self.rec.wait(j, val, s.value or 0)
+        return 0
+
+    def _pieces(self, n: int) -> List[tuple]:
+        """(offset, length) of each piece of an n-byte message: ceil(n / slice) equal pieces, and with L lanes
+        at least min(L, n / MIN_PIECE), so a message of a few slices still keeps every lane busy; whole
+        256-byte units but the last. A function of n and the lane count alone (every rank has the same), so
+        sender and receiver cut alike and the engine's per-peer tags match; 0 bytes is one piece."""
+        k = -(-n // self.slice) if n > self.slice else 1
+        lanes = len(self.engs)
+        if lanes > 1:
+            k = max(k, min(lanes, n // MIN_PIECE))
+        return _split(n, k)
+
+    def _lane_pieces(self, n: int) -> List[tuple]:
+        """A captured message's pieces: one per lane, equal, each at least MIN_PIECE (a captured step is one
+        template per lane, so its messages are not sliced further)."""
+        return _split(n, min(len(self.engs), max(1, n // MIN_PIECE)))
+
+    def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
+                     consume: Callable[[int, tuple], None], total: int) -> None:
+        """One eager exchange as a batch per slice, software-pipelined on the stream: the device-to-host
+        copies of the next max(2, lanes) - 1 slices are enqueued before the wait for slice i, so that many
+        slices are on the wire at once (one per lane) while slice i is copied out or reduced. Slices occupy
+        disjoint parts of the staging area, so no slice's data is overwritten while the engine or the GPU
+        still reads it."""
+        d = self.driver
+        s = ctypes.c_void_p(stream)
+        area = self.staging(total)
+        off, sp, rp = 0, [], []
+        for peer, ptr, n in sends:
+            sp.append((peer, ptr, area.host + off, self._pieces(n)))
+            off += _align(n)
+        for r in recvs:
+            rp.append((r, area.host + off, area.dev + off, self._pieces(r[1])))
+            off += _align(r[1])
+        k = max(len(x[3]) for x in sp + rp)
+        nl = len(self.engs)
+        depth = max(2, nl)
+        pending: List[tuple] = []
+        for i in range(k):
+            ops, mine = [], []
+            for peer, ptr, host, pieces in sp:
+                if i < len(pieces):
+                    o, ln = pieces[i]
+                    if ln:
+                        rc = d.memcpy_dtoh(ctypes.c_void_p(host + o), ptr + o, ln, s)
+                        if rc:
+                            raise self._cuda("cuMemcpyDtoHAsync", rc)
+                        if self.rec is not None:
+                            self.rec.copy(0, host + o, ptr + o, ln, stream)
+                    ops.append((i % nl, (0, peer, host + o, ln)))
+            for r, host, dev, pieces in rp:
+                if i < len(pieces):
+                    o, ln = pieces[i]
+                    ops.append((i % nl, (1, r[0], host + o, ln)))
+                    mine.append((dev + o, r, o, ln))
+            pending.append((self._post(s, ops, label), mine))
+            if len(pending) >= depth:
+                self._slice_out(s, pending.pop(0), consume)
+        for p in pending:
+            self._slice_out(s, p, consume)
+        self.steps += 1
+
+    def _slice_out(self, s: Any, pending: tuple, consume: Callable[[int, tuple], None]) -> None:
+        """Wait on the stream for one slice's batch, then hand each received piece to ``consume`` as a
+        receive of its own (the buffer and source viewed at the piece's elements)."""
+        posted, mine = pending
+        rc = self._wait(s, posted)
+        if rc:
+            raise self._cuda("cuStreamWaitValue32", rc)
+        for addr, r, o, ln in mine:
+            if ln:
+                consume(addr, _piece_of(r, o, ln))
+
+    def _cuda(self, what: str, rc: int) -> HpcclError:
+        from ..errors import HpcclSystemError
+        return HpcclSystemError(f"{what} failed while enqueuing a network step: {self.driver.error_name(rc)}")
+
+    # ----- failures and life cycle -------------------------------------------------------------------
+    def pending(self) -> bool:
+        """Whether an eager step handed to the engine has not ended yet (its done word is behind)."""
+        for j, (h, _d) in enumerate(self.dones):
+            done = ctypes.c_uint32.from_address(h).value
+            if 0 < ((self.st.val[j] - done) & 0xFFFFFFFF) < (1 << 31):
+                return True
+        return False
+
+    def error(self) -> Optional[HpcclError]:
+        e = next((x for x in (eng.error() for eng in self.engs) if x is not None), None)
+        if e is None:
+            return None
+        return step_error(e, None if self.transport is None else self.transport._failed)
+
+    def close(self) -> None:
+        """After the engine's last step ended (the caller synchronized the device or the engine closed)."""
+        for t in self._graph:
+            if not isinstance(t, _Pinned):
+                t.retire()  # the engine stops reading its arm word before the word's memory is freed
+        graph = [g for g in self._graph if isinstance(g, _Pinned)]
+        if self._armed:  # a graph may still be replayed: its words and staging stay, answered by ORPHANS
+            ORPHANS.adopt(self._armed, graph)
+            graph = []
+        for p in [self._words, self._stage, *self._old, *graph]:
+            if p is not None:
+                p.free()
+        self._graph, self._old, self._stage, self._armed = [], [], None, []
+        if self._join_ev:
+            self.driver.event_destroy(ctypes.c_void_p(self._join_ev))
+            self._join_ev = 0
+
+
+class _Orphans:
+    """Captured steps of destroyed communicators. Replaying a graph after its communicator is destroyed is
+    an error (as with NCCL), but it must not hang nor write freed memory: the steps' words and staging stay
+    allocated until the process ends, and a thread answers each replay's arm word with done := 1 (nothing
+    moves, the stream goes on) and logs the error once per communicator."""
+
+    def __init__(self) -> None:
+        import threading
+        self._lock = threading.Lock()
+        self._words: List[tuple] = []  # (arm, done, index of the communicator's entry in _seen)
+        self._keep: List[Any] = []
+        self._seen: List[bool] = []
+        self._thread: Optional[Any] = None
+
+    def adopt(self, armed: List[tuple], keep: List[Any], extra: Sequence[Any] = ()) -> None:
+        """Take one communicator's (arm, done) words and what its graphs point into."""
+        import threading
+        with self._lock:
+            k = len(self._seen)
+            self._seen.append(False)
+            self._words.extend((a, d, k) for a, d in armed)
+            self._keep.extend([*keep, *extra])
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hpccl-orphan-graphs", daemon=True)
+                self._thread.start()
+
+    def keep(self, what: Sequence[Any]) -> None:
+        """Keep memory a captured graph points into (hier's temporaries) until the process ends."""
+        with self._lock:
+            self._keep.extend(what)
+
+    def answer(self) -> int:
+        """One pass over the arm words: each set one is cleared and its done word set; how many were."""
+        n = 0
+        with self._lock:
+            for arm, done, k in self._words:
+                if ctypes.c_uint32.from_address(arm).value:
+                    ctypes.c_uint32.from_address(arm).value = 0
+                    ctypes.c_uint32.from_address(done).value = 1
+                    n += 1
+                    if not self._seen[k]:
+                        self._seen[k] = True
+                        log.warn("NET", "a CUDA graph captured with a communicator was replayed after the "
+                                 "communicator was destroyed: its network steps moved nothing (destroy a "
+                                 "communicator after the last replay of the graphs captured with it)")
+        return n
+
+    def _run(self) -> None:
+        import time
+        while True:
+            self.answer()
+            time.sleep(0.001)
+
+
+ORPHANS = _Orphans()
+
+
+def _split(n: int, k: int) -> List[tuple]:
+    """(offset, length) of k equal pieces of n bytes, whole 256-byte units but the last; 0 bytes is one
+    piece."""
+    if k <= 1:
+        return [(0, n)]
+    size = _align(-(-n // k))
+    return [(o, min(size, n - o)) for o in range(0, n, size)]
+
+
+def _messages(send: Optional[tuple], recv: Optional[tuple], host: int) -> tuple:
+    """(send bytes, receive bytes, messages) of an exchange of at most one message each way staged at
+    ``host``: the send's staging first, the receive's after it (aligned); messages as the engine takes them
+    (kind 0 send / 1 receive, peer, address, bytes)."""
+    ns = send[2] if send is not None else 0
+    nr = recv[1] if recv is not None else 0
+    msgs = []
+    if send is not None:
+        msgs.append((0, send[0], host, ns))
+    if recv is not None:
+        msgs.append((1, recv[0], host + _align(ns), nr))
+    return ns, nr, msgs
+
+
+def _flat(a: Any) -> bool:
+    """Whether a slice of ``a`` by elements is a view (C-contiguous), so a piece written lands in it."""
+    return bool(a.flags.c_contiguous)
+
+
+def _piece_of(r: tuple, o: int, ln: int) -> tuple:
+    """A receive (peer, nbytes, buf, op, src) narrowed to bytes [o, o+ln) of its buffer (and source)."""
+    peer, _n, buf, op, src = r
+    isz = buf.dtype.itemsize
+    lo, hi = o // isz, (o + ln) // isz
+    return (peer, ln, buf.ravel()[lo:hi], op, None if src is None else src.ravel()[lo:hi])
+
+
+_LABEL = re.compile(r"^(?P<coll>[a-z_]+) #(?P<seq>\d+)(?:, (?P<step>step \d+ \(.+?\)))?: (?P<err>.*)$", re.S)
+_WAITING = re.compile(r"timed out after (?P<s>[\d.]+)s waiting for rank\(s\) \[(?P<ranks>[\d, ]*)\]")
+
+
+def step_error(args: tuple, failed: Optional[Callable[[int, tuple], HpcclError]] = None) -> HpcclError:
+    """The error of a failed step from the engine's (code, peer, "label: message"): a timeout as
+    HpcclTimeoutError naming the ranks the step waited for, an abort or a lost peer as the transport names it
+    (``failed``: EngineTransport._failed, which knows who an abort named); every rank in the communicator's
+    wire numbering (hpccl/runtime/failures.py maps them once). The label, the recorder's name of the call (and of the
+    hier step: "all_reduce #6, step 2 (inter all_reduce)"), gives the user's call it failed in (in_call)."""
+    from ..transport.engine import _ne, engine_error
+    code, peer, msg = args
+    m = _LABEL.match(msg)
+    exc: Optional[HpcclError] = None
+    if code == _ne.E_TIMEOUT and m is not None:
+        w = _WAITING.search(m.group("err"))
+        if w is not None:
+            missing = [int(x) for x in w.group("ranks").split(",") if x.strip()]
+            exc = HpcclTimeoutError(m.group("coll"), int(m.group("seq")), missing, float(w.group("s")),
+                                    "a GPU network step")
+    if exc is None:
+        exc = failed(peer, args) if failed is not None else engine_error(args)
+    if m is not None and m.group("step"):
+        exc.in_call = (m.group("coll"), int(m.group("seq")), m.group("step"))
+    return exc
+
+
+class StagedPrimitives(Primitives):
+    """Primitives whose exchanges are staged network steps enqueued on the current CuPy stream; copies
+    and reductions are the device memory component's, on the same stream (nothing waits on the host)."""
+
+    def __init__(self, rank: int, size: int, net: StagedNet, waiter: Waiter, memory: Any) -> None:
+        super().__init__(rank, size, {}, None, waiter, memory)
+        self.net = net
+        self.label = "network step"
+
+    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = (),
+                 meanwhile: Optional[Callable[[], None]] = None) -> None:
+        import cupy
+        mem = self.mem
+        self_sends = [b for p, b in sends if p == self.rank]
+        remote_recvs = []
+        for peer, buf, op, *rest in recvs:
+            src = rest[0] if rest else None
+            if peer == self.rank:
+                incoming = self_sends.pop(0)
+                if op is None:
+                    mem.copy(buf, incoming)
+                else:
+                    mem.reduce(buf, buf if src is None else src, incoming, op)
+            else:
+                remote_recvs.append((peer, buf.nbytes, buf, op, src))
+        remote_sends = [(p, b.data.ptr, b.nbytes) for p, b in sends if p != self.rank]
+        if remote_sends or remote_recvs:
+            stream = cupy.cuda.get_current_stream().ptr
+            net = self.net
+            kern = None
+            if net.fused_size and net.fusable(remote_sends, remote_recvs):
+                kern = self._fused_kernel(remote_recvs)
+            one_send = remote_sends[0] if remote_sends else None
+            one_recv = remote_recvs[0] if remote_recvs else None
+            if kern is not None:  # the kernel is loaded before the engine is handed anything
+                run = net.capture_fused if net.driver.capturing(stream) else net.step_fused
+                run(stream, one_send, one_recv, self.label, lambda ss, rs, tv, words, captured=False: self._fused(
+                    stream, kern, ss, rs, tv, words, captured, remote_sends, remote_recvs))
+            elif net.pipeable(remote_sends, remote_recvs) and not net.driver.capturing(stream) \
+                    and (pipe := self._fused_kernel(remote_recvs, "hp_net_pipe")) is not None:
+                net.step_piped(stream, one_send, one_recv, self.label, lambda ss, rs, geom, lanes, tv, words: self._piped(
+                    stream, pipe[0], ss, rs, geom, lanes, tv, words, one_send, one_recv))
+            else:
+                net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
+        if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
+            meanwhile()
+
+    def scratch(self, count: int, dtype: Any, slot: int = 0) -> Any:
+        """As Primitives.scratch; while a call is recorded for replay the buffer is kept alive with the
+        recording (a larger call may replace it here, and the replay still writes into it)."""
+        out = super().scratch(count, dtype, slot)
+        if self.net.rec is not None:
+            self.net.rec.keep.append(self._scratch[slot])
+        return out
+
+    def _fused_kernel(self, recvs: list, name: str = "hp_net_step") -> Optional[tuple]:
+        """(function, elements) of the fused (or piped: ``name``) step's kernel for this receive:
+        name<dtype, op>, or a byte copy (op 5 over uint8) when nothing is combined; None for a dtype it has
+        no reduction for."""
+        from ..kernels import DTYPE_IDS, OP_IDS
+        from ..ops import dtype_name
+        if recvs and recvs[0][3] is not None:
+            buf, op = recvs[0][2], recvs[0][3]
+            dt = DTYPE_IDS.get(dtype_name(self.mem.dtype(buf)))
+            if dt is None or op.value not in OP_IDS:
+                return None
+            return self.mem._kernel(f"{name}<{dt}, {OP_IDS[op.value]}>", dt), buf.size
+        dt = DTYPE_IDS["uint8"]
+        return self.mem._kernel(f"{name}<{dt}, 5>", dt), recvs[0][1] if recvs else 0
+
+    def _fused(self, stream: int, kern: tuple, send_stage: int, recv_stage: int, tokval: int, words: int,
+               captured: bool, sends: list, recvs: list) -> tuple:
+        """Launch the fused step's kernel (hp_net_step, cuda/hpccl_kernels.cu) on ``stream``: stage the send,
+        write the token (or, captured, clear the done word and set the arm word), wait for the done word,
+        combine the receive; (func, grid, block, args) back."""
+        from ..kernels import Launch
+        func, count = kern
+        ns = sends[0][2] if sends else 0
+        out = x = 0
+        if recvs:
+            _p, _nr, buf, _op, src = recvs[0]
+            out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
+        vals = (sends[0][1] if sends else 0, send_stage, ns | (count << 32) | (int(captured) << 63), recv_stage, x,
+                out, words, tokval)
+        args = [ctypes.c_uint64(v) for v in vals]
+        rc = Launch(self.net.driver, func, 1, 256, args)(stream)
+        if rc:
+            raise self.net._cuda("cuLaunchKernel", rc)
+        return func, 1, 256, vals
+
+    def _piped(self, stream: int, func: int, send_stage: int, recv_stage: int, geom: int, lanes: int,
+               tokval: int, words: int, send: Optional[tuple], recv: Optional[tuple]) -> tuple:
+        """Launch the piped step's kernel (hp_net_pipe, cuda/hpccl_kernels.cu) on ``stream``: a block per
+        piece in flight (at most PIPE_BLOCKS); (func, grid, block, args) back."""
+        from ..kernels import Launch
+        out = x = 0
+        if recv is not None:
+            _p, _nr, buf, _op, src = recv
+            out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
+        ns = send[2] if send is not None else 0
+        nr = recv[1] if recv is not None else 0
+        vals = (send[1] if send is not None else 0, send_stage, ns | (nr << 32), recv_stage, x, out, words, geom,
+                lanes, tokval)
+        grid = min(lanes >> 32, PIPE_BLOCKS)
+        rc = Launch(self.net.driver, func, grid, 512, [ctypes.c_uint64(v) for v in vals])(stream)
+        if rc:
+            raise self.net._cuda("cuLaunchKernel", rc)
+        return func, grid, 512, vals
+
+    def _consume(self, addr: int, r: tuple) -> None:
+        """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into
+        its buffer: a copy, or a reduce kernel reading it in place."""
+        _peer, n, buf, op, src = r
+        if op is None:
+            import cupy
+            s = cupy.cuda.get_current_stream().ptr
+            rc = self.net.driver.memcpy_htod(buf.data.ptr, ctypes.c_void_p(addr), n, ctypes.c_void_p(s))
+            if rc:
+                raise self.net._cuda("cuMemcpyHtoDAsync", rc)
+            if self.net.rec is not None:
+                self.net.rec.copy(1, buf.data.ptr, addr, n, s)
+        else:
+            self.mem.reduce_ptrs(buf, (src if src is not None else buf).data.ptr, addr, op)
+
+
+class StagedRunner:
+    """What the communicator's device side calls for a step with a network part (the interface the
+    Python proxy had): the step runs now, on the caller's thread, enqueuing stream work; failures of
+    steps already handed to the engine are raised by the next call."""
+
+    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
+        #: captured network steps (a template per lane and step, posted by the engine at each replay when the
+        #: graph sets its arm word), on every layout: hier's captured calls hold node kernels and these steps
+        #: in one stream order
+        self.capturable = True
+        self.net, self.prim, self.device = net, prim, device
+        self._on_fail = on_fail
+        self._raised: Optional[HpcclError] = None
+        self.ops = self  # reserve() below: nothing to reserve, no stream is held by a thread
+
+    def reserve(self, nbytes: int) -> None:
+        """Staged steps allocate on the caller's thread, in stream order: nothing to set aside."""
+
+    def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
+        self.raise_error()
+        from .cuda_context import stream_context
+        self.prim.label = what
+        with stream_context(self.device, stream):
+            self.net.enter(stream)
+            try:
+                step()
+            finally:
+                self.net.leave(stream)
+
+    @property
+    def error(self) -> Optional[HpcclError]:
+        return self._raised or self.net.error()
+
+    def raise_error(self) -> None:
+        err = self.error
+        if err is not None:
+            if self._raised is None:
+                self._raised = err
+                log.warn("NET", "a network step failed: %s", err)
+                try:
+                    self._on_fail()
+                except Exception:  # noqa: BLE001
+                    pass
+            raise err
+
+    def drain(self, timeout: Optional[float] = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.net.close()
+
