@@ -1,13 +1,13 @@
 """What pyproject.toml cannot say: hpccl's compiled parts, both optional (without a C compiler, or without
 UCX headers, the install still succeeds and hpccl-info says which slower path is in use):
 
-* hpccl._hotpath: small host collectives within a node (its core in plain C, hpccl/csrc/_hotcore.c; its Python
-  type, hpccl/csrc/_hotpath.c);
+* hpccl._hotpath: small host collectives within a node (its core in plain C, hpccl/csrc/_hotcore.c; its
+  Python type, hpccl/csrc/_hotpath.c);
 * hpccl._netengine: the network engine (UCX's UCP driven by a thread that never takes the GIL; its core in
-  plain C, hpccl/csrc/_netcore.c and hpccl/csrc/_netcalls.c), its Python types (hpccl/csrc/_netengine.c), the C replay of
-  recorded GPU calls (hpccl/csrc/_netreplay.c) and small host collectives across nodes in C (hpccl/csrc/_nethot.c); built
-  against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's ucx, the libucx wheel
-  (a build requirement on Linux, so a plain ``pip install`` has it)."""
+  plain C, hpccl/csrc/_netcore.c and hpccl/csrc/_netcalls.c), its Python types (hpccl/csrc/_netengine.c),
+  the C replay of recorded GPU calls (hpccl/csrc/_netreplay.c) and small host collectives across nodes in C
+  (hpccl/csrc/_nethot.c); built against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's
+  ucx, the libucx wheel (a build requirement on Linux, so a plain ``pip install`` has it)."""
 import os
 import shutil
 import subprocess
@@ -46,15 +46,18 @@ def _ucx():
 # each extension's sources: its Python types, then its core in plain C (tests/test_sanitizers.py builds the
 # same lists)
 HOT_SOURCES = ["hpccl/csrc/_hotpath.c", "hpccl/csrc/_hotcore.c"]
-NET_SOURCES = ["hpccl/csrc/_netengine.c", "hpccl/csrc/_netreplay.c", "hpccl/csrc/_nethot.c", "hpccl/csrc/_netcore.c", "hpccl/csrc/_netcalls.c"]
+NET_SOURCES = ["hpccl/csrc/_netengine.c", "hpccl/csrc/_netreplay.c", "hpccl/csrc/_nethot.c", "hpccl/csrc/_netcore.c",
+               "hpccl/csrc/_netcalls.c"]
 exts = [Extension("hpccl._hotpath", HOT_SOURCES,
-                  depends=["hpccl/csrc/_hotcore.h", "hpccl/csrc/_dtype.h", "hpccl/csrc/_reduce.h", "hpccl/csrc/_copy.h"],
+                  depends=["hpccl/csrc/_hotcore.h", "hpccl/csrc/_dtype.h", "hpccl/csrc/_reduce.h",
+                           "hpccl/csrc/_copy.h"],
                   extra_compile_args=["-O3", "-std=c11"], optional=True)]
 ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx
     exts.append(Extension("hpccl._netengine", NET_SOURCES,
-                          depends=["hpccl/csrc/_netcore.h", "hpccl/csrc/_netpy.h", "hpccl/csrc/_dtype.h", "hpccl/csrc/_reduce.h"],
+                          depends=["hpccl/csrc/_netcore.h", "hpccl/csrc/_netpy.h", "hpccl/csrc/_dtype.h",
+                                   "hpccl/csrc/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
                           library_dirs=[lib], libraries=["ucp", "ucs"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))

@@ -68,9 +68,9 @@ def test_engine_under_sanitizer(kind, tmp_path):
 
 
 def test_hotpath_under_address_sanitizer(tmp_path):
-    """The compiled hot path (its core hpccl/csrc/_hotcore.c and its type hpccl/csrc/_hotpath.c: shared-memory slots, and
-    the direct calls that read and write peers' memory through process_vm_readv/writev or through alloc_host's
-    mappings, scratch copies of overlapping inputs, chunked reductions) built with AddressSanitizer and run as
+    """The compiled hot path (its core hpccl/csrc/_hotcore.c and its type hpccl/csrc/_hotpath.c: shared-memory
+    slots, and the direct calls that read and write peers' memory through process_vm_readv/writev or through
+    alloc_host's mappings, scratch copies of overlapping inputs, chunked reductions) built with AddressSanitizer and run as
     the 2-rank hot-path and alloc_host suites: no memory error."""
     from mpirun import run_pytest_mpi
     cc = shutil.which("gcc")
