@@ -1,15 +1,26 @@
 """hpccl's modules import each other without a circle, counting imports made inside functions too (a lazy
 import that closes a circle hides an ordering dependency): the dependency graph read from the sources is
-acyclic. The native extensions (hpccl._hotpath, hpccl._netengine) are leaves."""
+acyclic. The native extensions (hpccl._hotpath, hpccl._netengine) are leaves.
+
+The packages are layered (docs/ARCHITECTURE.md): each imports only the packages after it in ORDER and the
+top modules (TOP), which import only each other; hpccl/__init__.py, the public API, is imported only by the
+packages on top of it (torch, cli). Every module belongs to a package of ORDER or is a top module, so a new
+flat module has to be placed."""
 from __future__ import annotations
 
 import ast
 from collections import defaultdict
 from pathlib import Path
-from typing import Dict, List, Set
+from typing import Dict, List, Optional, Set
 
 ROOT = Path(__file__).resolve().parent.parent / "hpccl"
 EXTENSIONS = {"hpccl._hotpath", "hpccl._netengine"}
+# top of the import order first; packages in one tuple do not import each other
+ORDER = [("hpccl.torch", "hpccl.cli"), ("hpccl.core",), ("hpccl.gpu",), ("hpccl.host",), ("hpccl.observe",),
+         ("hpccl.algorithms",), ("hpccl.runtime",), ("hpccl.transport",), ("hpccl.memory",),
+         ("hpccl.topology", "hpccl.bootstrap")]
+TOP = {"hpccl.config", "hpccl.errors", "hpccl.log", "hpccl.text", "hpccl.ops", "hpccl.kernels"}
+ON_API = {"hpccl.torch", "hpccl.cli"}  # may import hpccl itself
 
 
 def _modules() -> Dict[str, Path]:
@@ -81,3 +92,48 @@ def test_a_circle_is_found():
     """The check itself: a made-up graph with a circle through a lazy import is reported."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def _package(mod: str) -> str:
+    return ".".join(mod.split(".")[:2])
+
+
+def layering_errors(g: Dict[str, Set[str]], mods: Optional[Set[str]] = None) -> List[str]:
+    """'a -> b' for each import against the declared order, and each module outside it (of ``mods``: by
+    default, every module of the package)."""
+    rank = {p: i for i, level in enumerate(ORDER) for p in level}
+    errors = []
+    for mod in sorted(set(g) | (set(_modules()) if mods is None else mods)):
+        if mod == "hpccl":
+            continue
+        if mod in TOP:
+            errors += [f"{mod} -> {t} (a top module imports only top modules)" for t in sorted(g.get(mod, ()))
+                       if t not in TOP]
+            continue
+        pkg = _package(mod)
+        if pkg not in rank:
+            errors.append(f"{mod}: not in a package of ORDER nor a top module")
+            continue
+        for t in sorted(g.get(mod, ())):
+            if t in TOP or _package(t) == pkg:
+                continue
+            if t == "hpccl":
+                if pkg not in ON_API:
+                    errors.append(f"{mod} -> hpccl (only {sorted(ON_API)} import the public API)")
+            elif rank.get(_package(t), -1) <= rank[pkg]:
+                errors.append(f"{mod} -> {t} (imports upward or sideways)")
+    return errors
+
+
+def test_packages_import_downward():
+    assert layering_errors(graph()) == []
+
+
+def test_an_upward_import_is_found():
+    """The check itself: an upward import, a top module importing a package, a module outside the order."""
+    g = {"hpccl.transport.x": {"hpccl.gpu.y"}, "hpccl.ops": {"hpccl.memory"}, "hpccl.newthing": set(),
+         "hpccl.gpu.y": {"hpccl.transport.x", "hpccl.errors"}}
+    errs = layering_errors(g, set(g))
+    assert errs == ["hpccl.newthing: not in a package of ORDER nor a top module",
+                    "hpccl.ops -> hpccl.memory (a top module imports only top modules)",
+                    "hpccl.transport.x -> hpccl.gpu.y (imports upward or sideways)"], errs
