@@ -19,7 +19,8 @@ EXTENSIONS = {"hpccl._hotpath", "hpccl._netengine"}
 ORDER = [("hpccl.torch", "hpccl.cli"), ("hpccl.core",), ("hpccl.gpu",), ("hpccl.host",), ("hpccl.observe",),
          ("hpccl.algorithms",), ("hpccl.runtime",), ("hpccl.transport",), ("hpccl.memory",),
          ("hpccl.topology", "hpccl.bootstrap")]
-TOP = {"hpccl.config", "hpccl.errors", "hpccl.log", "hpccl.text", "hpccl.ops", "hpccl.kernels"}
+TOP = {"hpccl.config", "hpccl.errors", "hpccl.log", "hpccl.text", "hpccl.ops", "hpccl.kernels",
+       "hpccl.envcheck"}  # python -m hpccl.envcheck stays a command
 ON_API = {"hpccl.torch", "hpccl.cli"}  # may import hpccl itself
 
 
