@@ -31,10 +31,8 @@ echo "$ spack repo add $repo"
 "$spack" repo add --scope=user "$repo"
 echo "$ spack repo list"
 "$spack" repo list
-for pkg in py-hpccl; do
-    echo "$ spack info $pkg"
-    "$spack" info "$pkg"
-done
+echo "$ spack info py-hpccl"
+"$spack" info py-hpccl
 for spec in "$@"; do
     echo "$ spack spec $spec"
     # shellcheck disable=SC2086  # a spec is several words on purpose
