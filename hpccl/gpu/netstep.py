@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import ctypes
 import re
+import threading
+import time
 from typing import Any, Callable, List, Optional, Sequence
 
 from .. import config, log
@@ -182,7 +184,7 @@ class StagedNet:
             rec.refuse("captured")
         if self.slice and not capturing and (any(n > self.slice for _, _, n in sends)
                                              or any(r[1] > self.slice for r in recvs)) \
-                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs):
+                and _flat_recvs(recvs):
             return self._step_sliced(stream, sends, recvs, label, consume, total)
         if capturing:
             area = _Pinned(d, total)
@@ -192,7 +194,7 @@ class StagedNet:
         # eager messages go out in the same slices, on the same lanes, as on the pipelined path (one batch
         # here), so the peers' per-lane tag sequences agree whichever path each side took; a captured step
         # puts a piece on each lane (a template per lane)
-        cut = self._lane_pieces if capturing else self._pieces if self.slice else (lambda n: [(0, n)])
+        cut = self._lane_pieces if capturing else self._cut
         nl = len(self.engs)
         ops, off = [], 0
         for peer, ptr, n in sends:
@@ -275,10 +277,8 @@ class StagedNet:
         at most one message each way, each within HPCCL_NET_FUSED_SIZE (so one piece, on lane 0), a
         contiguous receive buffer (and source)."""
         lim = self.fused_size
-        return (0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
-                and all(self._one_piece(n, lim) for _p, _ptr, n in sends)
-                and all(self._one_piece(r[1], lim) for r in recvs)
-                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+        return (_one_each(sends, recvs) and all(self._one_piece(n, lim) for _p, _ptr, n in sends)
+                and all(self._one_piece(r[1], lim) for r in recvs))
 
     def _one_piece(self, n: int, lim: int) -> bool:
         """n within the fused limit, and a message the other paths would send whole on lane 0 too (so a
@@ -289,8 +289,7 @@ class StagedNet:
         """Whether one exchange can run as one piped kernel (step_piped): HPCCL_NET_PIPE on, not under
         capture (the caller checks), at most one message each way, a contiguous receive buffer (and
         source)."""
-        return (self.pipe and 0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1
-                and all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs))
+        return self.pipe and _one_each(sends, recvs)
 
     def step_piped(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
                    launch: Callable[..., tuple]) -> None:
@@ -300,7 +299,7 @@ class StagedNet:
         and lanes are those of the other paths (a peer that takes another path posts the same messages).
         ``launch(send_stage, recv_stage, geom, lanes, tokval, words)`` enqueues the kernel and returns
         (func, grid, block, args) for the recording."""
-        ns, nr, _ = _messages(send, recv, 0)
+        ns, nr = _sizes(send, recv)
         area = self.staging(_align(ns) + _align(nr))
         sp = self._cut(ns) if send is not None else []
         rp = self._cut(nr) if recv is not None else []
@@ -348,10 +347,10 @@ class StagedNet:
         gated on the token the kernel writes once it has staged the send; ``launch(send_stage, recv_stage,
         tokval, words)`` enqueues the kernel (it waits for the done word and combines what arrived) and
         returns (func, grid, block, args) for the recording."""
-        ns, nr, _ = _messages(send, recv, 0)
+        ns, nr = _sizes(send, recv)
         area = self.staging(_align(ns) + _align(nr))
         s = ctypes.c_void_p(stream)
-        (lane, val), = self._post(s, [(0, m) for m in _messages(send, recv, area.host)[2]], label, by_kernel=True)
+        (lane, val), = self._post(s, [(0, m) for m in _messages(send, recv, area.host)], label, by_kernel=True)
         func, grid, block, args = launch(area.dev, area.dev + _align(ns), self.st.tok | (val << 32), self.ready_d)
         if self.rec is not None:
             self.rec.fused(func, grid, block, args, lane, val, stream)
@@ -363,10 +362,10 @@ class StagedNet:
         """step_fused on a capturing stream: a template on lane 0 with an arm word and the done word after
         it, and staging of its own; the kernel (captured) clears the done word, sets the arm word once the
         send is staged, and waits for the engine's done := 1 at every replay."""
-        ns, nr, _ = _messages(send, recv, 0)
+        ns, nr = _sizes(send, recv)
         area = _Pinned(self.driver, _align(ns) + _align(nr))
         self._graph.append(area)
-        ops = _messages(send, recv, area.host)[2]
+        ops = _messages(send, recv, area.host)
         if self.rec is not None:
             self.rec.refuse("captured")
         arm_h, arm_d = self._graph_word(2)  # arm, then done: the kernel's words[0] and words[1]
@@ -505,21 +504,19 @@ class _Orphans:
     moves, the stream goes on) and logs the error once per communicator."""
 
     def __init__(self) -> None:
-        import threading
         self._lock = threading.Lock()
         self._words: List[tuple] = []  # (arm, done, index of the communicator's entry in _seen)
         self._keep: List[Any] = []
         self._seen: List[bool] = []
         self._thread: Optional[Any] = None
 
-    def adopt(self, armed: List[tuple], keep: List[Any], extra: Sequence[Any] = ()) -> None:
+    def adopt(self, armed: List[tuple], keep: List[Any]) -> None:
         """Take one communicator's (arm, done) words and what its graphs point into."""
-        import threading
         with self._lock:
             k = len(self._seen)
             self._seen.append(False)
             self._words.extend((a, d, k) for a, d in armed)
-            self._keep.extend([*keep, *extra])
+            self._keep.extend(keep)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="hpccl-orphan-graphs", daemon=True)
                 self._thread.start()
@@ -546,7 +543,6 @@ class _Orphans:
         return n
 
     def _run(self) -> None:
-        import time
         while True:
             self.answer()
             time.sleep(0.001)
@@ -564,18 +560,33 @@ def _split(n: int, k: int) -> List[tuple]:
     return [(o, min(size, n - o)) for o in range(0, n, size)]
 
 
-def _messages(send: Optional[tuple], recv: Optional[tuple], host: int) -> tuple:
-    """(send bytes, receive bytes, messages) of an exchange of at most one message each way staged at
-    ``host``: the send's staging first, the receive's after it (aligned); messages as the engine takes them
-    (kind 0 send / 1 receive, peer, address, bytes)."""
-    ns = send[2] if send is not None else 0
-    nr = recv[1] if recv is not None else 0
+def _sizes(send: Optional[tuple], recv: Optional[tuple]) -> tuple:
+    """(send bytes, receive bytes) of an exchange of at most one message each way."""
+    return (send[2] if send is not None else 0), (recv[1] if recv is not None else 0)
+
+
+def _messages(send: Optional[tuple], recv: Optional[tuple], host: int) -> List[tuple]:
+    """The messages of an exchange of at most one message each way staged at ``host``, as the engine takes
+    them (kind 0 send / 1 receive, peer, address, bytes): the send's staging first, the receive's after it
+    (aligned)."""
+    ns, nr = _sizes(send, recv)
     msgs = []
     if send is not None:
         msgs.append((0, send[0], host, ns))
     if recv is not None:
         msgs.append((1, recv[0], host + _align(ns), nr))
-    return ns, nr, msgs
+    return msgs
+
+
+def _one_each(sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
+    """At most one message each way (and one at least), the receive into a contiguous buffer: what one
+    kernel per exchange (fused or piped) takes."""
+    return 0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1 and _flat_recvs(recvs)
+
+
+def _flat_recvs(recvs: Sequence[tuple]) -> bool:
+    """Every receive's buffer (and source) contiguous, so a piece of it can be written in place."""
+    return all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs)
 
 
 def _flat(a: Any) -> bool:
