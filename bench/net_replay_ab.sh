@@ -4,10 +4,14 @@
 #   check  the quick GPU matrix at split:1 with 2 ranks, and the replay and stream-order tests at 4 and 8
 #   hier   GPU tests at split:2 with 4 ranks (hier: node kernels and network steps)
 #   fail   the timeout tests at split:1 (a replayed call whose peer never comes)
-#   cost   host time per call and GPU time per call (bench/net_step_cost.py), replays on and off
+#   cost   host time per call and GPU time per call (bench/net_step_cost.py) for each of COST_VARIANTS
+#          (default: replays on and off)
 #   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), the VARIANTS (default: replays on
 #          and off; a variant sets one variable, or several joined by commas) interleaved over ROUNDS
 #          rounds, every result checked
+#   node   hpccl-perf all_reduce and all_gather on ONE node (NODE_N ranks, default 4; GPU kernels, no network),
+#          the VARIANTS interleaved over ROUNDS rounds, every result checked (an A/B of trees: a variant
+#          PYTHONPATH=<dir>/.snap/NAME:/tmp/site,PYTHONSAFEPATH=1 runs the tree there, PYTHONSAFEPATH=1 this one)
 #   colls  all_gather, reduce_scatter, broadcast vs NCCL sockets, replays on
 #   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
 #   graph  graph capture: the capture test at split:2 x 4 and split:4 x 8 (hier), and bench/net_graph.py
@@ -16,6 +20,10 @@
 SPLIT_LOG=net_replay_ab.log source "$(dirname "$0")/split_env.sh"
 PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf"
 QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
+# a variant's name in file names: tree_NAME for a tree under .snap/NAME, tree_head for this tree run as one
+# (PYTHONSAFEPATH=1: the working directory's hpccl/ is not put first), else its variables
+tag() { case $1 in *.snap/*) local t=${1#*.snap/}; echo "tree_${t%%[:/,]*}" ;; *PYTHONSAFEPATH*) echo tree_head ;;
+        *) echo "${1#HPCCL_}" | tr =, __ ;; esac; }
 rc=0
 for stage in ${STAGES:-check cost perf}; do
   case $stage in
@@ -41,17 +49,28 @@ for stage in ${STAGES:-check cost perf}; do
     timeout ${T_SUB:-150} $M -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider --color=no -rs \
       -k "timeout" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1 ;;
   cost)
-    for r in 1 0; do
-      echo "=== net_step_cost, HPCCL_NET_REPLAY=$r ($(date -u +%T))"
-      timeout 120 $M -x HPCCL_NET_REPLAY=$r -n 2 python3 bench/net_step_cost.py --json "$OUT/cost_replay$r.json" 2>&1 \
-        | grep -a -v "share this node" || rc=1
+    for v in ${COST_VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
+      echo "=== net_step_cost, $v ($(date -u +%T))"
+      timeout 120 $M -x ${v//,/ -x } -n 2 python3 bench/net_step_cost.py \
+        --json "$OUT/cost_$(tag "$v").json" 2>&1 | grep -a -v "share this node" || rc=1
+    done ;;
+  node)
+    for round in $(seq ${ROUNDS:-2}); do
+      for v in ${VARIANTS:-HPCCL_NET_REPLAY=1}; do
+        for c in all_reduce all_gather; do
+          echo "=== one node, ${NODE_N:-4} ranks, round $round, $v, $c ($(date -u +%T))"
+          timeout 150 ${M/-x HPCCL_NODE_ID=split:1/} -x ${v//,/ -x } -n ${NODE_N:-4} python3 -m hpccl.cli.perf $c \
+            --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
+            --json "$OUT/node_${c}_$(tag "$v")_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
+        done
+      done
     done ;;
   perf)
     for round in $(seq ${ROUNDS:-2}); do
       for v in ${VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
         echo "=== round $round, $v, all_reduce ($(date -u +%T))"
         timeout 150 $M -x ${v//,/ -x } -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
-          --compare nccl --json "$OUT/ar_$(echo ${v#HPCCL_} | tr =, __)_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
+          --compare nccl --json "$OUT/ar_$(tag "$v")_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
       done
     done ;;
   colls)

@@ -4,9 +4,10 @@ and the GPU time of the same calls, on a communicator spanning nodes (HPCCL_NODE
     mpirun -n 2 -x HPCCL_NODE_ID=split:1 python bench/net_step_cost.py [--json out.json]
 
 Per size: the median wall time of the call itself (it enqueues and returns; the stream is synchronized
-outside the timed region), of that the median time inside the C replay of a recorded call, the network
-steps per call Python enqueued (0 when replayed), and the event-timed GPU time per call over a back-to-back
-loop."""
+outside the timed region, so each call starts on a thread that waited for the GPU), of that the median time
+inside the C replay of a recorded call, the network steps per call Python enqueued (0 when replayed), and over
+a back-to-back loop (calls enqueued while the GPU works, as a training step's are) the host time per call and
+the event-timed GPU time per call."""
 import argparse
 import json
 import statistics
@@ -66,19 +67,22 @@ for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
     in_c = statistics.median(fired) * 1e6 if fired else 0.0
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
     e0.record(s)
+    t0 = time.perf_counter()
     for _ in range(a.iters):
         comm.all_reduce(x, stream=s)
+    b2b_us = (time.perf_counter() - t0) * 1e6 / a.iters
     e1.record(s)
     e1.synchronize()
     gpu_us = cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters
     comm.synchronize()
     ok = bool(float(x[0]) == float(comm.size) ** (3 + 2 * a.iters))  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
+           "host_us_back_to_back": b2b_us,
            "gpu_us_per_call": gpu_us, "ok": ok, "python_steps_per_call": per[0], "fused_per_call": per[1],
            "piped_per_call": per[2], "replay_c_us_median": in_c}
     rows.append(row)
     if comm.rank == 0:
-        print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f})  "
+        print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f}, back to back {b2b_us:6.1f})  "
               f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}  python steps/call {per[0]:.1f} "
               f"(fused {per[1]:.1f}, piped {per[2]:.1f})  in the C replay {in_c:.1f} us", flush=True)
 if comm.rank == 0 and a.json:

@@ -422,4 +422,5 @@ void engine_free(engine_t *e) {
   free(e->eps); free(e->remote); free((void *)e->dead); free(e->send_seq); free(e->recv_seq);
   free(e->tpl_send); free(e->tpl_recv);
   free(e->active); free(e->fifo); free(e->armed);
+  batch_spares_free(e);
 }

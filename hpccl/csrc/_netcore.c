@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 /* ----- batches ---------------------------------------------------------------------------------------- */
+/* one allocation for the batch and its ops (a replay makes one per piece and lane) */
 batch_t *batch_new(int nops, int bkind) {
-  batch_t *b = calloc(1, sizeof(batch_t));
+  batch_t *b = calloc(1, sizeof(batch_t) + (nops > 0 ? (size_t)nops : 1) * sizeof(op_t));
   if (!b) return NULL;
-  b->ops = calloc(nops > 0 ? (size_t)nops : 1, sizeof(op_t));
-  if (!b->ops) { free(b); return NULL; }
+  b->ops = (op_t *)(b + 1);
   b->nops = nops;
   b->bkind = bkind;
   b->epeer = -1;
@@ -27,11 +27,44 @@ batch_t *batch_new(int nops, int bkind) {
   return b;
 }
 
-void batch_unref(batch_t *b) {
-  if (atomic_fetch_sub(&b->refs, 1) == 1) {
-    free(b->ops);
-    free(b);
+/* a staged batch of up to SPARE_OPS messages (a piece on a lane sends and receives one each), reused from
+   e's spares when one is free; the caller's thread only (replays and Engine.staged, under the GIL) */
+#define SPARE_OPS 4
+batch_t *batch_staged(engine_t *e, int nops) {
+  if (nops > SPARE_OPS) return batch_new(nops, BK_STAGED);
+  if (!e->spare_own) e->spare_own = atomic_exchange(&e->spare, NULL);
+  batch_t *b = e->spare_own;
+  if (b) {
+    e->spare_own = b->snext;
+    memset(b, 0, sizeof(batch_t) + SPARE_OPS * sizeof(op_t));
+  } else if (!(b = calloc(1, sizeof(batch_t) + SPARE_OPS * sizeof(op_t)))) {
+    return NULL;
   }
+  b->ops = (op_t *)(b + 1);
+  b->nops = nops;
+  b->bkind = BK_STAGED;
+  b->epeer = -1;
+  b->home = e;
+  atomic_init(&b->refs, 1);
+  atomic_init(&b->state, B_NEW);
+  for (int i = 0; i < nops; i++) b->ops[i].b = b;
+  return b;
+}
+
+void batch_unref(batch_t *b) {
+  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
+  engine_t *e = b->home;
+  if (!e) { free(b); return; }
+  b->snext = atomic_load(&e->spare);
+  while (!atomic_compare_exchange_weak(&e->spare, &b->snext, b)) {}
+}
+
+/* the spares an engine holds, freed with it (every staged batch has ended by then: engine_close) */
+void batch_spares_free(engine_t *e) {
+  batch_t *lists[2] = {atomic_exchange(&e->spare, NULL), e->spare_own};
+  e->spare_own = NULL;
+  for (int i = 0; i < 2; i++)
+    for (batch_t *b = lists[i], *n; b; b = n) { n = b->snext; free(b); }
 }
 
 void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) {
@@ -49,9 +82,15 @@ void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) {
 void submit_to(engine_t *e, batch_t *b, int take_ref, int wake) {
   if (take_ref) atomic_fetch_add(&b->refs, 1);
   b->qnext = NULL;
+  submit_chain(e, b, b, wake);
+}
+
+/* queue batches head..tail (linked by qnext, tail's NULL, each holding one reference for the engine) in one
+   hand-over: one lock and one store the engine's loop sees, however many pieces a replay made */
+void submit_chain(engine_t *e, batch_t *head, batch_t *tail, int wake) {
   pthread_mutex_lock(&e->qlock);
-  if (e->qtail) e->qtail->qnext = b; else e->qhead = b;
-  e->qtail = b;
+  if (e->qtail) e->qtail->qnext = head; else e->qhead = head;
+  e->qtail = tail;
   atomic_store(&e->queued, 1);
   pthread_mutex_unlock(&e->qlock);
   if (wake && atomic_load(&e->sleeping)) wake_engine(e);
@@ -78,6 +117,13 @@ uint64_t eager_tag(engine_t *e, int kind, int peer) {
    ``wake`` 0: the caller wakes the engine once after its last submission (wake_if_sleeping) */
 void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
                    uint32_t val, double timeout, const char *label, int wake) {
+  stage_batch(e, b, ready, tok, gate, done, val, timeout, label);
+  submit_to(e, b, 0, wake);  /* the engine's reference is the only one */
+}
+
+/* what submit_staged does short of queueing: tags taken now (in call order), words and label set */
+void stage_batch(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
+                 uint32_t val, double timeout, const char *label) {
   for (int i = 0; i < b->nops; i++) b->ops[i].tag = eager_tag(e, b->ops[i].kind, b->ops[i].peer);
   b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
   b->ready_tok = tok;
@@ -87,8 +133,6 @@ void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64
   b->ordered = b->done != NULL;
   b->timeout = timeout;
   snprintf(b->label, sizeof b->label, "%s", label);
-  submit_to(e, b, 1, wake);
-  batch_unref(b);  /* the engine's reference is the only one */
 }
 
 void wake_if_sleeping(engine_t *e) {

@@ -76,10 +76,12 @@ typedef struct {
 
 struct batch {
   batch_t *qnext;            /* submission queue */
+  struct engine *home;       /* a spare-capable batch (batch_staged): back to this engine's spares when done */
+  batch_t *snext;            /* the spares' list */
   atomic_int refs;           /* the engine's (while queued or active) and the owner's */
   atomic_int state;
   int bkind, nops, left, unsent;
-  op_t *ops;
+  op_t *ops;                 /* nops of them, allocated with the batch (batch_new) */
   volatile uint32_t *ready; uint32_t ready_tok;  /* sends wait for *ready >= ready_tok (wrap-safe) */
   volatile uint32_t *gate;   /* nonzero when the token comes: the staged data is not whole, send nothing;
                                 set (ERR_NET_WORD) when this batch fails, before its done word */
@@ -117,6 +119,9 @@ typedef struct engine {
   atomic_int nactive_pub;
   batch_t *qhead, *qtail;
   batch_t *aqhead;           /* templates to hold (arm words to poll), taken by the engine thread (qlock) */
+  _Atomic(batch_t *) spare; /* staged batches done (pushed by whoever drops the last reference), taken whole
+                                by the caller's thread into spare_own: a replay's pieces cost no malloc */
+  batch_t *spare_own;        /* caller's thread (under the GIL) */
   atomic_int queued;         /* set (under qlock) when either queue gets work: the engine's loop reads it
                                 before taking qlock, so a spinning engine does not contend with submitters */
   /* engine thread only (wlock): the templates whose arm words are polled */
@@ -163,14 +168,19 @@ typedef struct {
 
 /* ----- _netcore.c: batches and the engine thread ----- */
 batch_t *batch_new(int nops, int bkind);
+batch_t *batch_staged(engine_t *e, int nops);
 void batch_unref(batch_t *b);
+void batch_spares_free(engine_t *e);
 void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void submit_to(engine_t *e, batch_t *b, int take_ref, int wake);
+void submit_chain(engine_t *e, batch_t *head, batch_t *tail, int wake);
 void submit(engine_t *e, batch_t *b, int take_ref);
 uint64_t eager_tag(engine_t *e, int kind, int peer);
 void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
                    uint32_t val, double timeout, const char *label,
                    int wake);
+void stage_batch(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
+                 uint32_t val, double timeout, const char *label);
 void wake_if_sleeping(engine_t *e);
 void wake_engine(engine_t *e);
 void op_end(op_t *o, ucs_status_t st, size_t got);

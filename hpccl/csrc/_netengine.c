@@ -350,7 +350,7 @@ static PyObject *Engine_staged(Engine *self, PyObject *args) {
                         &gate))
     return NULL;
   if (check_open(self) < 0) return NULL;
-  batch_t *b = batch_new((int)PyList_GET_SIZE(ops), BK_STAGED);
+  batch_t *b = batch_staged(&self->core, (int)PyList_GET_SIZE(ops));
   if (!b) return PyErr_NoMemory();
   if (parse_ops(self, ops, b) < 0) { batch_unref(b); return NULL; }
   submit_staged(&self->core, b, ready, rtok, gate, done, dval, timeout, label, 1);

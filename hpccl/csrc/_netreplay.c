@@ -218,27 +218,41 @@ PyObject *Engine_program(Engine *self, PyObject *args) {
   return (PyObject *)p;
 }
 
-/* hand one lane's batch of a recorded step to its engine as Engine_staged does (submit_staged), with this
-   replay's token and done value */
-static int nr_post(NetProgram *p, nr_act *a, const char *label, uint32_t tok, uint32_t val) {
-  batch_t *b = batch_new(a->nops, BK_STAGED);
+static PyObject *nr_fail(const char *what, int rc) {
+  PyErr_Format(PyExc_RuntimeError, "%s failed (CUresult %d) while replaying a network call", what, rc);
+  return NULL;
+}
+
+/* one lane's batches made by a replay and not yet handed to its engine: handed over together (one lock, one
+   store the engine sees) before the replay's next driver call and at its end, not one hand-over per piece */
+typedef struct {
+  batch_t *head[NR_LANES], *tail[NR_LANES];
+} nr_pending;
+
+/* make one lane's batch of a recorded step as Engine_staged does, with this replay's token and done value */
+static int nr_post(NetProgram *p, nr_pending *q, nr_act *a, const char *label, uint32_t tok, uint32_t val) {
+  batch_t *b = batch_staged(&p->eng[a->lane]->core, a->nops);
   if (!b) return -1;
   for (int i = 0; i < a->nops; i++) {
     op_t *o = &b->ops[i], *m = &p->msgs[a->first + i];
     o->kind = m->kind; o->peer = m->peer; o->buf = m->buf; o->len = m->len;
   }
-  submit_staged(&p->eng[a->lane]->core, b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label, 0);
+  stage_batch(&p->eng[a->lane]->core, b, p->ready_h, tok, p->gate, p->done_h[a->lane], val, p->timeout, label);
+  b->qnext = NULL;
+  if (q->tail[a->lane]) q->tail[a->lane]->qnext = b; else q->head[a->lane] = b;
+  q->tail[a->lane] = b;
   return 0;
 }
 
-/* one wake-up per lane and replay, not one per batch (a write(2) each while the engine sleeps) */
-static void nr_wake(NetProgram *p) {
-  for (int j = 0; j < p->nlanes; j++) wake_if_sleeping(&p->eng[j]->core);
-}
-
-static PyObject *nr_fail(const char *what, int rc) {
-  PyErr_Format(PyExc_RuntimeError, "%s failed (CUresult %d) while replaying a network call", what, rc);
-  return NULL;
+/* hand each lane's pending batches to its engine; ``wake``: then rouse each lane's engine once if it sleeps
+   (not a write(2) per batch) */
+static void nr_flush(NetProgram *p, nr_pending *q, int wake) {
+  for (int j = 0; j < p->nlanes; j++) {
+    if (q->head[j]) submit_chain(&p->eng[j]->core, q->head[j], q->tail[j], 0);
+    q->head[j] = q->tail[j] = NULL;
+  }
+  if (wake)
+    for (int j = 0; j < p->nlanes; j++) wake_if_sleeping(&p->eng[j]->core);
 }
 
 static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
@@ -252,7 +266,9 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
     if (!engine_usable(&p->eng[j]->core)) return PyLong_FromLong(2);
   }
   net_state *st = p->st;
-  int rc;
+  nr_pending q = {{NULL}, {NULL}};
+  const char *what = NULL;  /* the driver call that failed, NULL: out of memory */
+  int rc = 0;
   if (st->last_stream != NR_NO_STREAM && st->last_stream != stream && st->joinable) {
     if ((rc = ((cu_wait_event_t)p->fn[F_WAIT_EVENT])(s, p->join_ev, 0))) return nr_fail("cuStreamWaitEvent", rc);
   }
@@ -261,31 +277,31 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   uint32_t tok = st->tok;
   for (int i = 0; i < p->nacts; i++) {
     nr_act *a = &p->acts[i];
+    if (a->kind != A_POST && a->kind != A_KTOKEN && a->kind != A_VSYNC) nr_flush(p, &q, 0);
     switch (a->kind) {
       case A_DTOH:
-        if ((rc = ((cu_dtoh_t)p->fn[F_DTOH])((void *)(uintptr_t)a->dst, a->src, a->n, s)))
-          return nr_wake(p), nr_fail("cuMemcpyDtoHAsync", rc);
+        if ((rc = ((cu_dtoh_t)p->fn[F_DTOH])((void *)(uintptr_t)a->dst, a->src, a->n, s))) what = "cuMemcpyDtoHAsync";
         break;
       case A_HTOD:
         if ((rc = ((cu_htod_t)p->fn[F_HTOD])(a->dst, (const void *)(uintptr_t)a->src, a->n, s)))
-          return nr_wake(p), nr_fail("cuMemcpyHtoDAsync", rc);
+          what = "cuMemcpyHtoDAsync";
         break;
       case A_DTOD:
-        if ((rc = ((cu_dtod_t)p->fn[F_DTOD])(a->dst, a->src, a->n, s))) return nr_wake(p), nr_fail("cuMemcpyDtoDAsync", rc);
+        if ((rc = ((cu_dtod_t)p->fn[F_DTOD])(a->dst, a->src, a->n, s))) what = "cuMemcpyDtoDAsync";
         break;
       case A_TOKEN:
         tok = ++st->tok;
-        if ((rc = ((cu_value_t)p->fn[F_WRITE])(s, p->ready_d, tok, 0))) return nr_wake(p), nr_fail("cuStreamWriteValue32", rc);
+        if ((rc = ((cu_value_t)p->fn[F_WRITE])(s, p->ready_d, tok, 0))) what = "cuStreamWriteValue32";
         break;
       case A_POST: {
         uint32_t val = ++st->val[a->lane];
-        if (nr_post(p, a, label, tok, val) < 0) return nr_wake(p), PyErr_NoMemory();
+        if (nr_post(p, &q, a, label, tok, val) < 0) goto fail;
         p->vals[k++] = val;
         break;
       }
       case A_WAIT:
         if ((rc = ((cu_value_t)p->fn[F_WAIT])(s, p->done_d[p->post_lane[a->post]], p->vals[a->post], 0)))  /* GEQ */
-          return nr_wake(p), nr_fail("cuStreamWaitValue32", rc);
+          what = "cuStreamWaitValue32";
         break;
       case A_KTOKEN:
         tok = ++st->tok;
@@ -302,15 +318,19 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
         /* fall through */
       case A_LAUNCH:
         if ((rc = ((cu_launch_t)p->fn[F_LAUNCH])(a->func, a->grid, 1, 1, a->block, 1, 1, 0, s, a->params, NULL)))
-          return nr_wake(p), nr_fail("cuLaunchKernel", rc);
+          what = "cuLaunchKernel";
         break;
     }
+    if (rc) goto fail;
   }
-  nr_wake(p);
+  nr_flush(p, &q, 1);
   if ((rc = ((cu_record_t)p->fn[F_RECORD])(p->join_ev, s))) return nr_fail("cuEventRecord", rc);
   st->joinable = 1;
   p->runs++;
   return PyLong_FromLong(0);
+fail:
+  nr_flush(p, &q, 1);  /* what was made is the engine's, as it would be had the call not failed */
+  return what ? nr_fail(what, rc) : PyErr_NoMemory();
 }
 
 static PyObject *NetProgram_runs(NetProgram *p, void *unused) {

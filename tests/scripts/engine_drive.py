@@ -175,9 +175,11 @@ for r, eng in enumerate((a, b)):
     rw, dw = ctypes.addressof(pw[r]), ctypes.addressof(pw[r]) + 4
     msgs = [(ne.SEND, 1 - r, src[r].ctypes.data, src[r].nbytes), (ne.RECV, 1 - r, dst[r].ctypes.data, dst[r].nbytes)]
     # odd ranks' programs are fused steps: the kernel writes the token (A_KTOKEN) and the replay patches
-    # its last argument (A_KLAUNCH); both kinds interleave on one counter with the same messages
+    # its last argument (A_KLAUNCH); their step is two batches (the send, then the receive, each on a token
+    # of its own, as a piped step's pieces), handed to the engine as one chain before the launch; both
+    # kinds interleave on one counter with the same messages
     plain = [(0, dst[r].ctypes.data, src[r].ctypes.data, 16), (6, 0), (3, 2, 0), (4, 0)]
-    fused = [(7, 0), (3, 2, 0), (8, FUSED, 1, 256, (0, 0, 0, 0, 0, 0, rw, 0), 0)]
+    fused = [(7, 0), (3, 1, 0), (7, 0), (3, 1, 0), (8, FUSED, 1, 256, (0, 0, 0, 0, 0, 0, rw, 0), 1)]
     progs.append(eng.program(fused if r else plain, msgs, fns, (rw, rw), ((eng, dw, dw),),
                              ctypes.addressof(state[r]), 0, 10.0, 0, None))
 ran = [0, 0]
@@ -195,7 +197,7 @@ for t in threads:
 for t in threads:
     t.join()
 assert ran == [40, 40] and all(p.runs == 40 for p in progs), ran
-assert all(pw[r][1] == 40 for r in range(2)), [pw[r][1] for r in range(2)]  # every replayed step ended
+assert [pw[r][1] for r in range(2)] == [40, 80], [pw[r][1] for r in range(2)]  # every replayed batch ended
 assert a.error() is None and b.error() is None
 del progs
 
