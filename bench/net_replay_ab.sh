@@ -10,7 +10,8 @@
 #          and off; a variant sets one variable, or several joined by commas) interleaved over ROUNDS
 #          rounds, every result checked
 #   node   hpccl-perf all_reduce and all_gather on ONE node (NODE_N ranks, default 4; GPU kernels, no network),
-#          the VARIANTS interleaved over ROUNDS rounds, every result checked (an A/B of trees: a variant
+#          the VARIANTS interleaved over ROUNDS rounds, every result checked (sizes BEGIN to 64M by FACTOR,
+#          defaults 8 and 8; an A/B of trees: a variant
 #          PYTHONPATH=<dir>/.snap/NAME:/tmp/site,PYTHONSAFEPATH=1 runs the tree there, PYTHONSAFEPATH=1 this one)
 #   colls  all_gather, reduce_scatter, broadcast vs NCCL sockets, replays on
 #   torch  bench/torch_backends.py: torch.distributed on hpccl vs NCCL sockets, 2 ranks as 2 nodes
@@ -60,7 +61,7 @@ for stage in ${STAGES:-check cost perf}; do
         for c in all_reduce all_gather; do
           echo "=== one node, ${NODE_N:-4} ranks, round $round, $v, $c ($(date -u +%T))"
           timeout 150 ${M/-x HPCCL_NODE_ID=split:1/} -x ${v//,/ -x } -n ${NODE_N:-4} python3 -m hpccl.cli.perf $c \
-            --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
+            --mem cuda -b ${BEGIN:-8} -e 64M -f ${FACTOR:-8} --check \
             --json "$OUT/node_${c}_$(tag "$v")_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
         done
       done
@@ -69,7 +70,7 @@ for stage in ${STAGES:-check cost perf}; do
     for round in $(seq ${ROUNDS:-2}); do
       for v in ${VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
         echo "=== round $round, $v, all_reduce ($(date -u +%T))"
-        timeout 150 $M -x ${v//,/ -x } -n 2 $PERF all_reduce --mem cuda -b 8 -e 64M -f ${FACTOR:-8} --check \
+        timeout 150 $M -x ${v//,/ -x } -n 2 $PERF all_reduce --mem cuda -b ${BEGIN:-8} -e 64M -f ${FACTOR:-8} --check \
           --compare nccl --json "$OUT/ar_$(tag "$v")_r$round.json" 2>&1 | grep -a -v "$QUIET" || rc=1
       done
     done ;;
