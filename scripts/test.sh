@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+echo "scripts/test.sh: set-up took ${SECONDS} s" >&2
 export PATH="$PWD/.venv/bin:$PATH"
 
 if [ "${1:-}" = --quick ]; then

@@ -15,7 +15,7 @@ QUICK = (
     "tests/test_platform_guard.py", "tests/test_imports.py",
     # the node's host path: shared memory and the compiled hot path, under mpiexec
     "tests/test_multirank.py::test_suite[collectives-default-buffers-2]",
-    "tests/test_multirank.py::test_suite[hotpath-2]",
+    "tests/test_multirank.py::test_suite[errors-large-split-hotpath-frontdoor-trace-2]",
     # the network: the engine, its compiled path across nodes, replays and lanes, the fallback to MPI
     "tests/net/test_engine_units.py", "tests/net/test_net_replay.py", "tests/net/test_engine_lanes.py",
     "tests/net/test_engine_fallback.py",  # no engine: MPI with one warning, hpccl-info's network path

@@ -23,12 +23,16 @@ CASES = [
     (4, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-4nodes-x1"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_CHECK": "1"}, "collectives-checked-3"),  # no false alarm
-    *[(n, "tests/mpi/mpi_errors.py", {}, f"errors-{n}") for n in (1, 2, 3, 4)],
-    *[(n, "tests/mpi/mpi_large.py", {}, f"large-{n}") for n in (2, 4)],
-    *[(n, "tests/mpi/mpi_split.py", {}, f"split-{n}") for n in (2, 3, 4)],
-    *[(n, "tests/mpi/mpi_hotpath.py tests/mpi/mpi_alloc_host.py", {}, f"hotpath-{n}") for n in (2, 3, 4)],
-    *[(n, "tests/mpi/mpi_frontdoor.py", {}, f"frontdoor-{n}") for n in (2, 3)],
-    *[(n, "tests/mpi/mpi_trace.py", {}, f"trace-{n}") for n in (2, 4)],
+    # the remaining suites with no extra environment: one mpiexec per rank count for all of them (each
+    # suite file is a pytest module with its own communicator; the launch is what costs here)
+    (1, "tests/mpi/mpi_errors.py", {}, "errors-1"),
+    (2, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
+        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_trace.py", {},
+     "errors-large-split-hotpath-frontdoor-trace-2"),
+    (3, "tests/mpi/mpi_errors.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py tests/mpi/mpi_alloc_host.py "
+        "tests/mpi/mpi_frontdoor.py", {}, "errors-split-hotpath-frontdoor-3"),
+    (4, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
+        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_trace.py", {}, "errors-large-split-hotpath-trace-4"),
 ]
 
 
