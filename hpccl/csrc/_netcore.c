@@ -5,6 +5,7 @@
 #include "_netcore.h"
 
 #include <poll.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,9 +35,11 @@ batch_t *batch_staged(engine_t *e, int nops) {
   if (nops > SPARE_OPS) return batch_new(nops, BK_STAGED);
   if (!e->spare_own) e->spare_own = atomic_exchange(&e->spare, NULL);
   batch_t *b = e->spare_own;
-  if (b) {
+  if (b) {  /* clear what a staged batch reads (not the error text, label and control words that follow) */
     e->spare_own = b->snext;
-    memset(b, 0, sizeof(batch_t) + SPARE_OPS * sizeof(op_t));
+    memset(b, 0, offsetof(batch_t, err));
+    b->err[0] = b->label[0] = 0;
+    memset(b + 1, 0, (size_t)nops * sizeof(op_t));
   } else if (!(b = calloc(1, sizeof(batch_t) + SPARE_OPS * sizeof(op_t)))) {
     return NULL;
   }

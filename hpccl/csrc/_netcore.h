@@ -89,9 +89,6 @@ struct batch {
   int ordered;               /* an eager batch with a done word: done words written in FIFO order */
   double t0, timeout;        /* timeout 0: none (the caller's waiter has one) */
   int ecode, epeer;
-  char err[256];
-  char label[96];
-  int64_t ctrl[CTRL_WORDS];  /* a control message's payload (the batch owns it) */
   /* templates */
   struct engine *eng;
   _Atomic uint32_t replays;
@@ -99,6 +96,10 @@ struct batch {
   batch_t *anext;            /* the queue of templates to hold (qlock) */
   int finished;              /* engine thread: every op ended */
   int isctrl;                /* a control message: an abort does not cancel it (it may carry the abort) */
+  /* last, so a reused batch clears only what comes before err (batch_staged) */
+  char err[256];
+  char label[96];
+  int64_t ctrl[CTRL_WORDS];  /* a control message's payload (the batch owns it) */
 };
 
 /* one engine; zeroed before engine_alloc (the Python Engine object embeds it) */
