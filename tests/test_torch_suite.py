@@ -15,7 +15,7 @@ import pytest
 from mpirun import record_sub_suite
 
 ROOT = Path(__file__).resolve().parent.parent
-# collectives, subgroups, DDP; each test spawns 2 ranks (~4-6 s here)
+# collectives, subgroups, DDP; each test starts 2 ranks from the harness's fork server (under 1 s here)
 SELECTION = [  # tests of the suite that run on CPU for this backend (the full run's log lists them)
     "test_all_reduce_sum", "test_all_reduce_max", "test_all_reduce_product", "test_all_reduce_sum_async",
     "test_all_reduce_full_group_sum", "test_all_gather", "test_all_gather_full_group",
