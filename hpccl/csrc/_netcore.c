@@ -5,9 +5,9 @@
 #include "_netcore.h"
 
 #include <poll.h>
-#include <stddef.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
