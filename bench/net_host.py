@@ -1,6 +1,7 @@
 """Host buffers between separate hosts: hpccl through its native network engine (with and without its
 compiled path for small calls) and the MPI library, side by side in one run (rounds
-interleaved, every result checked). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
+interleaved, every result checked; each library's output buffer is made once per size and refilled before
+every call, as a reused buffer's pages are resident). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
 
     python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--json out.json]
 
@@ -65,14 +66,14 @@ def ranks(args: argparse.Namespace) -> int:
             times = {k: [] for k in NAMES + ("mpi",)}
             reps = args.reps if nbytes < (16 << 20) else max(3, args.reps // 3)
             iters = args.iters if nbytes < (1 << 20) else 1  # back to back: the barrier's skew amortised
+            # each library's output buffer made once and refilled before every call (a stale result still
+            # fails the check; its pages are touched before the timed call, as a reused buffer's are)
+            outs = {name: np.empty(count * n if coll == "all_gather" else count, np.float32)
+                    for name in NAMES + ("mpi",)}
             for _ in range(reps + 1):  # the first round warms up and is dropped
                 for name in NAMES + ("mpi",):
-                    if coll == "all_gather":
-                        y = np.empty(count * n, np.float32)
-                    elif coll == "broadcast":
-                        y = x.copy() if world.rank == 0 else np.zeros_like(x)
-                    else:
-                        y = np.empty_like(x)
+                    y = outs[name]
+                    y.fill(1 if coll == "broadcast" and world.rank == 0 else -1)
                     world.Barrier()
                     t0 = time.perf_counter()
                     for _ in range(iters):
