@@ -42,6 +42,8 @@ batch_t *batch_staged(engine_t *e, int nops) {
     memset(b + 1, 0, (size_t)nops * sizeof(op_t));
   } else if (!(b = calloc(1, sizeof(batch_t) + SPARE_OPS * sizeof(op_t)))) {
     return NULL;
+  } else {
+    e->staged_made++;
   }
   b->ops = (op_t *)(b + 1);
   b->nops = nops;

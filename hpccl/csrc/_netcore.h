@@ -123,6 +123,7 @@ typedef struct engine {
   _Atomic(batch_t *) spare; /* staged batches done (pushed by whoever drops the last reference), taken whole
                                 by the caller's thread into spare_own: a replay's pieces cost no malloc */
   batch_t *spare_own;        /* caller's thread (under the GIL) */
+  uint64_t staged_made;      /* staged batches allocated, not reused (caller's thread) */
   atomic_int queued;         /* set (under qlock) when either queue gets work: the engine's loop reads it
                                 before taking qlock, so a spinning engine does not contend with submitters */
   /* engine thread only (wlock): the templates whose arm words are polled */

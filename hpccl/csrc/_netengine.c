@@ -470,6 +470,10 @@ static void Engine_dealloc(Engine *self) {
 }
 
 static PyObject *Engine_rank(Engine *self, void *c) { (void)c; return PyLong_FromLong(self->core.rank); }
+static PyObject *Engine_staged_made(Engine *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(self->core.staged_made);
+}
 
 static PyMethodDef Engine_methods[] = {
   {"program", (PyCFunction)Engine_program, METH_VARARGS, "A recorded GPU network call to replay (hpccl/gpu/netreplay.py)."},
@@ -504,6 +508,8 @@ static int Engine_set_seq(Engine *self, PyObject *v, void *c) {
 
 static PyGetSetDef Engine_getset[] = {
   {"rank", (getter)Engine_rank, NULL, "rank", NULL},
+  {"staged_made", (getter)Engine_staged_made, NULL, "staged batches of up to 4 messages allocated so far (the "
+   "rest were reused from this engine's spares)", NULL},
   {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "
    "Python's calls and by NetHot's)", NULL},
   {NULL, NULL, NULL, NULL, NULL}};
