@@ -740,6 +740,23 @@ __global__ void __launch_bounds__(512) hp_scale_local(char* buf, u64 n, int nran
     d[i] = hp_store<DT>(hp_finish<DT, 4>(hp_load<DT>(d[i]), nranks));
 }
 
+// What a network step received (n bytes at got) combined into out by one block: out = src OP got, or
+// (OP == 5) a copy. The block has seen the step's done word (after a system fence).
+template <int DT, int OP>
+__device__ __forceinline__ void hp_net_combine(char* out, const char* src, const char* got, u64 n) {
+  typedef typename Dt<DT>::T T;
+  if (OP == 5) {
+    hp_copy(out, got, n, ((u64)out | (u64)got) % 16 == 0);
+    return;
+  }
+  const T* g = (const T*)got;
+  const T* x = (const T*)src;
+  T* d = (T*)out;
+  const u64 m = n / sizeof(T);
+  for (u64 e = threadIdx.x; e < m; e += blockDim.x)
+    d[e] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[e]), hp_load<DT>(g[e])));
+}
+
 // ---- one small GPU network step in one kernel (hpccl/gpu/netstep.py, HPCCL_NET_FUSED_SIZE) --------------
 // The send copied into pinned staging memory, then the ready token written (system scope, after a fence:
 // the engine polling the word reads whole data), then the engine's done word awaited, then what arrived
@@ -765,15 +782,7 @@ __global__ void __launch_bounds__(256) hp_net_step(const char* send, char* stage
     __threadfence_system();
   }
   __syncthreads();
-  if (OP == 5) {
-    hp_copy(out, got, nrecv * sizeof(T), ((u64)out | (u64)got) % 16 == 0);
-    return;
-  }
-  const T* g = (const T*)got;
-  const T* x = (const T*)src;
-  T* d = (T*)out;
-  for (u64 i = threadIdx.x; i < nrecv; i += blockDim.x)
-    d[i] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[i]), hp_load<DT>(g[i])));
+  hp_net_combine<DT, OP>(out, src, got, nrecv * sizeof(T));
 }
 
 // One GPU network step of one message each way in pieces, as one kernel (StagedNet.step_piped): piece i of
@@ -788,7 +797,6 @@ template <int DT, int OP>
 __global__ void __launch_bounds__(512) hp_net_pipe(const char* send, char* stage, u64 sizes, const char* got,
                                                    const char* src, char* out, u32* words, u64 geom, u64 lanes,
                                                    u64 tokval) {
-  typedef typename Dt<DT>::T T;
   const u64 nsend = sizes & 0xffffffffull, nrecv = sizes >> 32;  // bytes
   const u64 ps = geom & 0xffffffffull, pr = geom >> 32, nl = lanes & 0xffffffffull, k = lanes >> 32;
   const u32 t0 = (u32)tokval - (u32)(k - 1), v0 = (u32)(tokval >> 32);
@@ -814,17 +822,8 @@ __global__ void __launch_bounds__(512) hp_net_pipe(const char* send, char* stage
     }
     __syncthreads();
     if (i * pr >= nrecv) continue;
-    const u64 o = i * pr, n = nrecv - o < pr ? nrecv - o : pr;
-    if (OP == 5) {
-      hp_copy(out + o, got + o, n, ((u64)(out + o) | (u64)(got + o)) % 16 == 0);
-      continue;
-    }
-    const T* g = (const T*)(got + o);
-    const T* x = (const T*)(src + o);
-    T* d = (T*)(out + o);
-    const u64 m = n / sizeof(T);
-    for (u64 e = threadIdx.x; e < m; e += blockDim.x)
-      d[e] = hp_store<DT>(hp_op<DT, OP>(hp_load<DT>(x[e]), hp_load<DT>(g[e])));
+    const u64 o = i * pr;
+    hp_net_combine<DT, OP>(out + o, src + o, got + o, nrecv - o < pr ? nrecv - o : pr);
   }
 }
 
