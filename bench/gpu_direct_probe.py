@@ -18,12 +18,19 @@ import hpccl
 def watchdog(limit: float) -> None:
     time.sleep(limit)
     faulthandler.dump_traceback(all_threads=True)
-    if shutil.which("gdb"):
-        out = subprocess.run(["gdb", "-p", str(os.getpid()), "-batch", "-ex", "thread apply all bt 14"],
-                             capture_output=True, text=True, timeout=60)
-        print(out.stdout[-12000:], file=sys.stderr, flush=True)
+    for tid in sorted(os.listdir("/proc/self/task")):  # each thread's name, kernel wait and syscall
+        try:
+            info = [open(f"/proc/self/task/{tid}/{f}").read().split("\n")[0] for f in ("comm", "wchan", "syscall")]
+        except OSError:
+            continue
+        print(f"thread {tid}: {info}", file=sys.stderr, flush=True)
+    spy = shutil.which("py-spy") or "/tmp/site/bin/py-spy"
+    if os.path.exists(spy):
+        out = subprocess.run([spy, "dump", "--native", "--pid", str(os.getpid())], capture_output=True, text=True,
+                             timeout=60)
+        print(out.stdout[-9000:], out.stderr[-1500:], file=sys.stderr, flush=True)
     else:
-        print("no gdb here", file=sys.stderr, flush=True)
+        print("no py-spy here", file=sys.stderr, flush=True)
     os._exit(3)
 
 
