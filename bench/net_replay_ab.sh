@@ -4,8 +4,6 @@
 #   check  the quick GPU matrix at split:1 with 2 ranks, and the replay and stream-order tests at 4 and 8
 #   hier   GPU tests at split:2 with 4 ranks (hier: node kernels and network steps)
 #   fail   the timeout tests at split:1 (a replayed call whose peer never comes)
-#   direct GPU-Direct slots (HPCCL_NET_GPU_DIRECT=1): UCX's protocols for a 4 MiB all_reduce (UCX_PROTO_INFO,
-#          in $OUT/proto_info.txt) and the GPU-Direct test at split:1
 #   cost   host time per call and GPU time per call (bench/net_step_cost.py) for each of COST_VARIANTS
 #          (default: replays on and off)
 #   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), the VARIANTS (default: replays on
@@ -41,14 +39,6 @@ for stage in ${STAGES:-check cost perf}; do
         -p no:cacheprovider --color=no -rs -k "replay or stream_order or back_to_back or test_all_reduce_dtype" 2>&1 \
         | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1
     done ;;
-  direct)
-    echo "=== GPU-Direct slots: UCX's protocols for a 4 MiB all_reduce at split:1, 2 ranks ($(date -u +%T))"
-    timeout 120 $M -x HPCCL_NET_GPU_DIRECT=1 -x UCX_PROTO_INFO=y -n 2 python3 -m hpccl.cli.perf all_reduce --mem cuda \
-      -b 4M -e 4M --check > "$OUT/proto_info.txt" 2>&1 || rc=1
-    grep -a -i "cuda\|^#\|  [0-9]" "$OUT/proto_info.txt" | grep -a -v "NCCL INFO" | head -40
-    echo "=== the GPU-Direct test at split:1, 2 ranks ($(date -u +%T))"
-    timeout ${T_SUB:-150} $M -x HPCCL_TIMEOUT=60 -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider \
-      --color=no -rs -k "gpu_direct" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" | sort | uniq -c || rc=1 ;;
   hier)
     echo "=== hier at split:2, 4 ranks (node kernels + network steps on lanes) ($(date -u +%T))"
     timeout ${T_SUB:-150} ${M/split:1/split:2} -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n 4 python3 -m pytest \

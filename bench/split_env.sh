@@ -16,6 +16,6 @@ OUT=${OUT:-$PWD/out}; mkdir -p "$OUT" /tmp/mps_pipe /tmp/mps_log
 [ -n "$SPLIT_LOG" ] && exec > >(tee -a "$OUT/$SPLIT_LOG") 2>&1
 nvidia-cuda-mps-control -d && trap 'echo quit | nvidia-cuda-mps-control' EXIT
 M="mpirun --allow-run-as-root --oversubscribe --bind-to none -x HPCCL_NODE_ID=split:1 -x CUDA_VISIBLE_DEVICES=0"
-for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONPATH CUPY_CACHE_DIR HPCCL_NET_GPU_DIRECT \
-         HPCCL_NET_GPU_DIRECT_SIZE UCX_PROTO_INFO CUDA_MPS_PIPE_DIRECTORY UCX_WARN_UNUSED_ENV_VARS; do [ -n "${!v+x}" ] && M="$M -x $v"; done
+for v in NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS PYTHONPATH CUPY_CACHE_DIR \
+         CUDA_MPS_PIPE_DIRECTORY UCX_WARN_UNUSED_ENV_VARS; do [ -n "${!v+x}" ] && M="$M -x $v"; done
 M="$M -x NCCL_P2P_DISABLE=1 -x NCCL_SHM_DISABLE=1 -x NCCL_IB_DISABLE=1 -x NCCL_SOCKET_IFNAME=lo"

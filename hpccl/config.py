@@ -95,16 +95,6 @@ _param("HPCCL_NET_FUSED_SIZE", 16 << 10, _size,
        "GPU network steps across nodes of one message each way (each at most this many bytes) run as one "
        "kernel: the send staged, the engine's token written, its done word awaited and the received data "
        "combined, where larger steps take four stream operations; 0 turns it off. Ranks may differ.")
-_param("HPCCL_NET_GPU_DIRECT", "auto", str.lower,
-       "GPU network steps whose messages total at least HPCCL_NET_GPU_DIRECT_SIZE stage through device memory "
-       "that UCX reads and writes itself (GPU-Direct RDMA between nodes, cuda_ipc between processes of one host) "
-       "instead of pinned host memory: '1' wherever UCX can move CUDA memory, '0' never, 'auto' where this node "
-       "has GPU-Direct RDMA (an RDMA device and the peer-memory module). Ranks may differ.",
-       ("auto", "1", "0"))
-_param("HPCCL_NET_GPU_DIRECT_SIZE", 256 << 10, _size,
-       "Bytes (a step's messages together) from which GPU network steps use device-memory slots when "
-       "HPCCL_NET_GPU_DIRECT is on; smaller steps stay on pinned host memory, where UCX sends them without a "
-       "CUDA copy of its own.")
 _param("HPCCL_NET_PIPE", 1, _bool,
        "GPU network steps across nodes of one message each way above HPCCL_NET_FUSED_SIZE run as one kernel "
        "walking the message's pieces (stage a piece, hand it to the engine, combine the received piece as it "

@@ -197,11 +197,6 @@ class Driver:
         self.write_value32 = fn("cuStreamWriteValue32_v2", P, U64, ctypes.c_uint32, u)
         self._mem_host_alloc = fn("cuMemHostAlloc", ctypes.POINTER(P), ctypes.c_size_t, u)
         self.mem_free_host = fn("cuMemFreeHost", P)
-        # device-memory slots UCX reads and writes itself (GPU-Direct), and the context its engine thread uses
-        self._mem_alloc = fn("cuMemAlloc_v2", ctypes.POINTER(U64), ctypes.c_size_t)
-        self.mem_free = fn("cuMemFree_v2", U64)
-        self._ctx_current = fn("cuCtxGetCurrent", ctypes.POINTER(P))
-        self.ctx_set_current = fn("cuCtxSetCurrent", P)
         self._capture_mode = fn("cuThreadExchangeStreamCaptureMode", ctypes.POINTER(I))
 
     @classmethod
@@ -284,21 +279,6 @@ class Driver:
         if rc:
             raise HpcclSystemError(f"cuMemHostAlloc of {nbytes} bytes failed: {self.error_name(rc)}")
         return int(p.value)
-
-    def mem_alloc(self, nbytes: int) -> int:
-        """Device memory of the current context (freed with mem_free); allowed while this thread's stream
-        captures, as host_alloc."""
-        p = ctypes.c_uint64()
-        with self.relaxed():
-            rc = self._mem_alloc(ctypes.byref(p), max(256, nbytes))
-        if rc:
-            raise HpcclSystemError(f"cuMemAlloc of {nbytes} bytes failed: {self.error_name(rc)}")
-        return p.value
-
-    def current_context(self) -> int:
-        """This thread's current CUDA context (0 when none)."""
-        c = ctypes.c_void_p()
-        return int(c.value or 0) if self._ctx_current(ctypes.byref(c)) == 0 else 0
 
     @staticmethod
     def address(f: Any) -> int:

@@ -71,7 +71,6 @@ def _net(slice_bytes: int, lanes: int = 1):
     n.ready_d = n.done_d = n.ready_h = n.done_h = 0
     n.steps = 0
     n.staging = lambda total: _Area()
-    n.direct, n._dranges = False, []
     return n
 
 

@@ -150,32 +150,6 @@ char *engine_info(engine_t *e, size_t *len) {
   return buf;
 }
 
-/* whether this UCP context can move CUDA memory (UCX built with its CUDA transports, not left out by UCX_TLS) */
-int engine_cuda_memory(engine_t *e) {
-  ucp_context_attr_t a;
-  memset(&a, 0, sizeof a);
-  a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-  if (!e->ctx || ucp_context_query(e->ctx, &a) != UCS_OK) return 0;
-  return (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-}
-
-/* device memory [lo, lo + n) that staged batches may point into: their ops there name CUDA memory to UCX;
-   the engine thread makes ``ctx`` current (set_fn: cuCtxSetCurrent) before it posts the next one. 0 when
-   the ranges are full or UCX cannot move CUDA memory (the caller stages through host memory instead) */
-int engine_device_range(engine_t *e, uint64_t lo, uint64_t n, void *ctx, void *set_fn) {
-  int k = atomic_load(&e->ndev);
-  if (k >= DEV_RANGES || !engine_cuda_memory(e)) return 0;
-  if (e->cu_ctx != ctx) {
-    e->cu_set = (int (*)(void *))set_fn;
-    e->cu_ctx = ctx;
-    atomic_store_explicit(&e->cu_pending, 1, memory_order_release);
-  }
-  e->dev_lo[k] = lo;
-  e->dev_hi[k] = lo + n;
-  atomic_store_explicit(&e->ndev, k + 1, memory_order_release);
-  return 1;
-}
-
 /* ----- callers' calls ------------------------------------------------------------------------------- */
 /* whether the next eager message expected from ``peer`` is a point-to-point one waiting in UCX's
    unexpected queue (receive from any source picks its sender this way); progresses the worker once first */

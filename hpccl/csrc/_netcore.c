@@ -205,21 +205,13 @@ void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st) {
 }
 
 /* ----- engine thread --------------------------------------------------------------------------------- */
-static ucs_memory_type_t mem_type(engine_t *e, const char *buf) {
-  int n = atomic_load_explicit(&e->ndev, memory_order_acquire);
-  uint64_t a = (uint64_t)(uintptr_t)buf;
-  for (int i = 0; i < n; i++)
-    if (a >= e->dev_lo[i] && a < e->dev_hi[i]) return UCS_MEMORY_TYPE_CUDA;
-  return UCS_MEMORY_TYPE_HOST;
-}
-
 static void post_op(engine_t *e, op_t *o) {
   ucp_request_param_t prm;
   ucp_tag_recv_info_t info = {0, 0};
   memset(&prm, 0, sizeof prm);
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
   prm.user_data = o;
-  prm.memory_type = o->b->bkind == BK_OP ? UCS_MEMORY_TYPE_HOST : mem_type(e, o->buf);
+  prm.memory_type = UCS_MEMORY_TYPE_HOST;
   o->posted = 1;
   if (atomic_load(&e->dead[o->peer])) {
     op_end(o, UCS_ERR_CONNECTION_RESET, 0);
@@ -574,10 +566,6 @@ void *engine_loop(void *arg) {
   long idle = 0;
   pthread_mutex_lock(&e->wlock);
   while (!atomic_load(&e->stop)) {
-    if (atomic_load_explicit(&e->cu_pending, memory_order_acquire)) {
-      e->cu_set(e->cu_ctx);
-      atomic_store(&e->cu_pending, 0);
-    }
     int work = engine_step(e);
     double t = 0;
     if ((idle & 255) == 0 && (t = now_s()) >= e->next_check) {

@@ -52,7 +52,6 @@
 
 enum { K_SEND = 0, K_RECV = 1 };
 enum { B_NEW = 0, B_ACTIVE = 1, B_DONE = 2, B_FAILED = 3 };
-#define DEV_RANGES 256
 enum { BK_OP = 0, BK_STAGED = 1, BK_TEMPLATE = 2 };
 enum { E_NONE = 0, E_PEER = 1, E_TIMEOUT = 2, E_ABORT = 3, E_SIZE = 4, E_OTHER = 5, E_CLOSED = 6 };
 
@@ -157,13 +156,6 @@ typedef struct engine {
   atomic_int ctrl_head, ctrl_tail;
   atomic_int aborted_by;
   atomic_int closed;
-  /* device memory staged batches may point into (GPU-Direct slots): [lo, hi) ranges appended by the caller's
-     thread (ndev published last), read when an op is posted, which then names CUDA memory to UCX */
-  uint64_t dev_lo[DEV_RANGES], dev_hi[DEV_RANGES];
-  atomic_int ndev;
-  int (*cu_set)(void *);     /* cuCtxSetCurrent and the context the engine thread makes current (once, */
-  void *cu_ctx;              /* before it posts device memory: UCX's CUDA transports need one) */
-  atomic_int cu_pending;
   uint64_t batches_done, bytes_sent, bytes_recv;
 } engine_t;
 
@@ -186,8 +178,6 @@ void submit_to(engine_t *e, batch_t *b, int take_ref, int wake);
 void submit_chain(engine_t *e, batch_t *head, batch_t *tail, int wake);
 void submit(engine_t *e, batch_t *b, int take_ref);
 uint64_t eager_tag(engine_t *e, int kind, int peer);
-int engine_cuda_memory(engine_t *e);
-int engine_device_range(engine_t *e, uint64_t lo, uint64_t n, void *ctx, void *set_fn);
 void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
                    uint32_t val, double timeout, const char *label,
                    int wake);

@@ -475,25 +475,7 @@ static PyObject *Engine_staged_made(Engine *self, void *c) {
   return PyLong_FromUnsignedLongLong(self->core.staged_made);
 }
 
-static PyObject *Engine_cuda_memory(Engine *self, void *c) {
-  (void)c;
-  return PyBool_FromLong(engine_cuda_memory(&self->core));
-}
-
-static PyObject *Engine_device_memory(Engine *self, PyObject *args) {
-  unsigned long long lo, n, ctx, fn;
-  if (!PyArg_ParseTuple(args, "KKKK", &lo, &n, &ctx, &fn)) return NULL;
-  if (!fn) {
-    PyErr_SetString(PyExc_ValueError, "device_memory: set_fn (cuCtxSetCurrent's address) is 0");
-    return NULL;
-  }
-  return PyBool_FromLong(engine_device_range(&self->core, lo, n, (void *)(uintptr_t)ctx, (void *)(uintptr_t)fn));
-}
-
 static PyMethodDef Engine_methods[] = {
-  {"device_memory", (PyCFunction)Engine_device_memory, METH_VARARGS, "device_memory(ptr, nbytes, ctx, "
-   "set_fn) -> bool: staged steps' messages in [ptr, ptr + nbytes) are CUDA memory to UCX (GPU-Direct slots); "
-   "False when no more ranges fit."},
   {"program", (PyCFunction)Engine_program, METH_VARARGS, "A recorded GPU network call to replay (hpccl/gpu/netreplay.py)."},
   {"address", (PyCFunction)Engine_address, METH_NOARGS, "This worker's UCX address (bytes)."},
   {"info", (PyCFunction)Engine_info, METH_NOARGS, "UCX's description of the context and worker."},
@@ -528,7 +510,6 @@ static PyGetSetDef Engine_getset[] = {
   {"rank", (getter)Engine_rank, NULL, "rank", NULL},
   {"staged_made", (getter)Engine_staged_made, NULL, "staged batches of up to 4 messages allocated so far (the "
    "rest were reused from this engine's spares)", NULL},
-  {"cuda_memory", (getter)Engine_cuda_memory, NULL, "whether this UCX context can move CUDA memory", NULL},
   {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "
    "Python's calls and by NetHot's)", NULL},
   {NULL, NULL, NULL, NULL, NULL}};

@@ -123,7 +123,6 @@ class DeviceSide:
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
             self.proxy = StagedRunner(net, self.prim, self.device, fail)
             self.path = "staged steps on the network engine" + (f" over {lanes} lanes" if lanes > 1 else "")
-            self.path += f", GPU-Direct slots {net.direct_why}"
             from . import netreplay
             if comm.local_size == 1 and netreplay.enabled():  # several ranks per node run hier instead
                 from ..memory.cuda import CallKeys

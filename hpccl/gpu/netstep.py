@@ -15,12 +15,6 @@ shares the staging memory), and writes v when every message has ended, ok or not
 CUDA and never takes the GIL, so nothing the caller's thread does (allocating, loading kernels, holding
 the GIL) can stall a step.
 
-With GPU-Direct slots (HPCCL_NET_GPU_DIRECT) a step of at least HPCCL_NET_GPU_DIRECT_SIZE bytes stages in
-device memory instead: the copies are device to device, and the engine hands UCX the device addresses
-(named CUDA memory), which UCX moves itself (GPU-Direct RDMA, or cuda_ipc within a host); the ready and done
-words stay in pinned memory, so nothing else changes. Small steps keep pinned memory, which UCX sends
-without a CUDA copy of its own.
-
 Under CUDA graph capture the step becomes a template the engine holds, with words of its own: each replay
 clears the step's done word and sets its arm word (stream memory operations, after the staged data is in
 place), the engine, which polls the arm words of its templates, posts the step again, and the stream waits
@@ -95,40 +89,6 @@ class _Pinned:
             self.host = 0
 
 
-class _Device(_Pinned):
-    """Device memory UCX reads and writes itself (GPU-Direct slots): the same address for the engine and the
-    GPU."""
-
-    def __init__(self, driver: Any, nbytes: int) -> None:
-        self.driver = driver
-        self.nbytes = max(nbytes, 256)
-        self.host = self.dev = driver.mem_alloc(self.nbytes)
-
-    def free(self) -> None:
-        if self.host:
-            self.driver.mem_free(self.host)
-            self.host = 0
-
-
-def gpu_direct(engines: Sequence[Any]) -> tuple:
-    """(whether GPU network steps stage through device memory, why), from HPCCL_NET_GPU_DIRECT, what the
-    engines' UCX can move, and (auto) whether this node has GPU-Direct RDMA."""
-    mode = config.get("HPCCL_NET_GPU_DIRECT")
-    if mode == "0":
-        return False, "off (HPCCL_NET_GPU_DIRECT=0)"
-    if not all(e.cuda_memory for e in engines):
-        why = "off: this UCX cannot move CUDA memory (built without its CUDA transports, or UCX_TLS leaves them out)"
-        if mode == "1":
-            log.warn("NET", "HPCCL_NET_GPU_DIRECT=1 but %s; staging through host memory", why[5:])
-        return False, why
-    if mode == "1":
-        return True, "on (HPCCL_NET_GPU_DIRECT=1)"
-    from ..envcheck import check_gpudirect
-    if check_gpudirect():
-        return False, "off: no GPU-Direct RDMA on this node (HPCCL_NET_GPU_DIRECT=1 stages in device memory anyway)"
-    return True, "on: GPU-Direct RDMA on this node"
-
-
 class StagedNet:
     """The device half of one communicator's network path: staging memory, the ready/done words, and
     the hand-over of each step to the engine."""
@@ -168,12 +128,6 @@ class StagedNet:
         self.pipe = bool(config.get("HPCCL_NET_PIPE"))
         sl = int(config.get("HPCCL_NET_SLICE"))
         self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
-        # GPU-Direct slots: steps of at least direct_size bytes stage in device memory UCX moves itself
-        self.direct, self.direct_why = gpu_direct(self.engs)
-        self.direct_size = int(config.get("HPCCL_NET_GPU_DIRECT_SIZE"))
-        self._dstage: Optional[_Pinned] = None
-        self._dranges: List[tuple] = []  # (lo, hi) of every device area handed to the engines
-        self.direct_steps = 0
 
     # ----- memory -------------------------------------------------------------------------------------
     def staging(self, nbytes: int) -> _Pinned:
@@ -184,76 +138,6 @@ class StagedNet:
                 self._old.append(self._stage)
             self._stage = _Pinned(self.driver, max(nbytes, 1 << 20, 2 * (self._stage.nbytes if self._stage else 0)))
         return self._stage
-
-    def area(self, nbytes: int, capture: bool = False) -> _Pinned:
-        """Where a step of ``nbytes`` stages: device memory (GPU-Direct) from direct_size when that is on,
-        else pinned host memory; the shared eager area of its kind, or (``capture``) one of its own."""
-        if self.direct and nbytes >= self.direct_size:
-            if capture:
-                a = self._device_area(nbytes)
-                if a is not None:
-                    self._graph.append(a)
-                    self.direct_steps += 1
-                    return a
-            elif self._dstage is not None and self._dstage.nbytes >= nbytes:
-                self.direct_steps += 1
-                return self._dstage
-            else:
-                a = self._device_area(max(nbytes, 1 << 20, 2 * (self._dstage.nbytes if self._dstage else 0)))
-                if a is not None:
-                    if self._dstage is not None:
-                        self._old.append(self._dstage)
-                    self._dstage = a
-                    self.direct_steps += 1
-                    return a
-        if capture:
-            a = _Pinned(self.driver, nbytes)
-            self._graph.append(a)
-            return a
-        return self.staging(nbytes)
-
-    def _device_area(self, nbytes: int) -> Optional[_Pinned]:
-        """Device memory every engine was told about, or None (and GPU-Direct off from here) when an engine
-        has no room for another range."""
-        a = _Device(self.driver, nbytes)
-        ctx, fn = self.driver.current_context(), self.driver.address(self.driver.ctx_set_current)
-        if all(e.device_memory(a.dev, a.nbytes, ctx, fn) for e in self.engs):
-            self._dranges.append((a.dev, a.dev + a.nbytes))
-            return a
-        self._old.append(a)  # an engine may know it: freed at close, after the last step
-        self.direct, self.direct_why = False, "off: the engines' device ranges are full"
-        log.warn("NET", "GPU-Direct slots: no room for another device range; staging through host memory")
-        return None
-
-    def on_device(self, addr: int) -> bool:
-        """Whether a staged address is in device memory (a GPU-Direct slot)."""
-        return any(lo <= addr < hi for lo, hi in self._dranges)
-
-    def stage_in(self, dst: int, src: int, n: int, s: Any) -> None:
-        """Enqueue the copy of n bytes of a send at device address ``src`` into staging at ``dst`` (host or
-        device memory), recorded for replay."""
-        dev = self.on_device(dst)
-        if dev:
-            rc = self.driver.memcpy_async(dst, src, n, s)
-        else:
-            rc = self.driver.memcpy_dtoh(ctypes.c_void_p(dst), src, n, s)
-        if rc:
-            raise self._cuda("cuMemcpyDtoDAsync" if dev else "cuMemcpyDtoHAsync", rc)
-        if self.rec is not None:
-            self.rec.copy(2 if dev else 0, dst, src, n, s.value or 0)
-
-    def stage_out(self, dst: int, src: int, n: int, stream: int) -> None:
-        """Enqueue the copy of n received bytes staged at ``src`` into device memory at ``dst``."""
-        dev = self.on_device(src)
-        s = ctypes.c_void_p(stream)
-        if dev:
-            rc = self.driver.memcpy_async(dst, src, n, s)
-        else:
-            rc = self.driver.memcpy_htod(dst, ctypes.c_void_p(src), n, s)
-        if rc:
-            raise self._cuda("cuMemcpyDtoDAsync" if dev else "cuMemcpyHtoDAsync", rc)
-        if self.rec is not None:
-            self.rec.copy(2 if dev else 1, dst, src, n, stream)
 
     def _graph_word(self, n: int = 1) -> tuple:
         """(host, device) address of the first of ``n`` consecutive words for a captured step, zeroed."""
@@ -302,7 +186,11 @@ class StagedNet:
                                              or any(r[1] > self.slice for r in recvs)) \
                 and _flat_recvs(recvs):
             return self._step_sliced(stream, sends, recvs, label, consume, total)
-        area = self.area(total, capturing)
+        if capturing:
+            area = _Pinned(d, total)
+            self._graph.append(area)
+        else:
+            area = self.staging(total)
         # eager messages go out in the same slices, on the same lanes, as on the pipelined path (one batch
         # here), so the peers' per-lane tag sequences agree whichever path each side took; a captured step
         # puts a piece on each lane (a template per lane)
@@ -311,7 +199,11 @@ class StagedNet:
         ops, off = [], 0
         for peer, ptr, n in sends:
             if n:
-                self.stage_in(area.host + off, ptr, n, s)
+                rc = d.memcpy_dtoh(ctypes.c_void_p(area.host + off), ptr, n, s)
+                if rc:
+                    raise self._cuda("cuMemcpyDtoHAsync", rc)
+                if rec is not None:
+                    rec.copy(0, area.host + off, ptr, n, stream)
             ops.extend((i % nl, (0, peer, area.host + off + o, ln)) for i, (o, ln) in enumerate(cut(n)))
             off += _align(n)
         places = []
@@ -408,7 +300,7 @@ class StagedNet:
         ``launch(send_stage, recv_stage, geom, lanes, tokval, words)`` enqueues the kernel and returns
         (func, grid, block, args) for the recording."""
         ns, nr = _sizes(send, recv)
-        area = self.area(_align(ns) + _align(nr))
+        area = self.staging(_align(ns) + _align(nr))
         sp = self._cut(ns) if send is not None else []
         rp = self._cut(nr) if recv is not None else []
         k, nl = max(len(sp), len(rp)), len(self.engs)
@@ -516,12 +408,12 @@ class StagedNet:
                      consume: Callable[[int, tuple], None], total: int) -> None:
         """One eager exchange as a batch per slice, software-pipelined on the stream: the device-to-host
         copies of the next max(2, lanes) - 1 slices are enqueued before the wait for slice i, so that many
-        slices are on the wire at once (one per lane) while slice i is copied out or reduced (the copies are
-        device to device when the step stages in device memory: GPU-Direct). Slices occupy
+        slices are on the wire at once (one per lane) while slice i is copied out or reduced. Slices occupy
         disjoint parts of the staging area, so no slice's data is overwritten while the engine or the GPU
         still reads it."""
+        d = self.driver
         s = ctypes.c_void_p(stream)
-        area = self.area(total)
+        area = self.staging(total)
         off, sp, rp = 0, [], []
         for peer, ptr, n in sends:
             sp.append((peer, ptr, area.host + off, self._pieces(n)))
@@ -539,7 +431,11 @@ class StagedNet:
                 if i < len(pieces):
                     o, ln = pieces[i]
                     if ln:
-                        self.stage_in(host + o, ptr + o, ln, s)
+                        rc = d.memcpy_dtoh(ctypes.c_void_p(host + o), ptr + o, ln, s)
+                        if rc:
+                            raise self._cuda("cuMemcpyDtoHAsync", rc)
+                        if self.rec is not None:
+                            self.rec.copy(0, host + o, ptr + o, ln, stream)
                     ops.append((i % nl, (0, peer, host + o, ln)))
             for r, host, dev, pieces in rp:
                 if i < len(pieces):
@@ -592,10 +488,10 @@ class StagedNet:
         if self._armed:  # a graph may still be replayed: its words and staging stay, answered by ORPHANS
             ORPHANS.adopt(self._armed, graph)
             graph = []
-        for p in [self._words, self._stage, self._dstage, *self._old, *graph]:
+        for p in [self._words, self._stage, *self._old, *graph]:
             if p is not None:
                 p.free()
-        self._graph, self._old, self._stage, self._dstage, self._armed = [], [], None, None, []
+        self._graph, self._old, self._stage, self._armed = [], [], None, []
         if self._join_ev:
             self.driver.event_destroy(ctypes.c_void_p(self._join_ev))
             self._join_ev = 0
@@ -848,7 +744,12 @@ class StagedPrimitives(Primitives):
         _peer, n, buf, op, src = r
         if op is None:
             import cupy
-            self.net.stage_out(buf.data.ptr, addr, n, cupy.cuda.get_current_stream().ptr)
+            s = cupy.cuda.get_current_stream().ptr
+            rc = self.net.driver.memcpy_htod(buf.data.ptr, ctypes.c_void_p(addr), n, ctypes.c_void_p(s))
+            if rc:
+                raise self.net._cuda("cuMemcpyHtoDAsync", rc)
+            if self.net.rec is not None:
+                self.net.rec.copy(1, buf.data.ptr, addr, n, s)
         else:
             self.mem.reduce_ptrs(buf, (src if src is not None else buf).data.ptr, addr, op)
 

@@ -52,7 +52,7 @@ class Gpu:
         self.q: queue.Queue = queue.Queue()
         self.failed: list = []
         self.captures = False
-        self.calls = {"launch": 0, "post_words": 0, "dtod": 0, "replayed_dtod": 0}
+        self.calls = {"launch": 0, "post_words": 0}
         self.t = threading.Thread(target=self._run, daemon=True)
         self.t.start()
 
@@ -87,11 +87,6 @@ class Gpu:
     def memcpy_htod(self, dev, host, n, s):
         h = host.value
         self.q.put(lambda: ctypes.memmove(dev, h, n))
-        return 0
-
-    def memcpy_async(self, dst, src, n, s):  # device to device (GPU-Direct slots)
-        self.calls["dtod"] += 1
-        self.q.put(lambda: ctypes.memmove(dst, src, n))
         return 0
 
     def write_value32(self, s, addr, v, flags):
@@ -176,11 +171,6 @@ class Gpu:
                         t.from_address(got + o), np.float32)
         self.q.put(run)
 
-    def _dtod(self, d: int, sr: int, n: int) -> int:
-        self.calls["replayed_dtod"] += 1
-        self.q.put(lambda: ctypes.memmove(d, sr, n))
-        return 0
-
     def entry_points(self) -> tuple:
         """The same driver for the C replay: callbacks in _netreplay.c's F_* order (kept alive here)."""
         def launch(func, gx, gy, gz, bx, by, bz, shmem, s, params, extra):
@@ -200,7 +190,7 @@ class Gpu:
             return 0
         self._cb = (C_DTOH(lambda h, d, n, s: self.memcpy_dtoh(ctypes.c_void_p(h), d, n, s)),
                     C_HTOD(lambda d, h, n, s: self.memcpy_htod(d, ctypes.c_void_p(h), n, s)),
-                    C_DTOD(lambda d, sr, n, s: self._dtod(d, sr, n)),
+                    C_DTOD(lambda d, sr, n, s: self.q.put(lambda: ctypes.memmove(d, sr, n)) or 0),
                     C_VALUE(self.write_value32), C_VALUE(self.wait_value32), C_LAUNCH(launch),
                     C_CAPT(capturing), C_REC(lambda ev, s: 0), C_WEV(lambda s, ev, f: 0))
         return tuple(ctypes.cast(c, ctypes.c_void_p).value for c in self._cb)
@@ -235,22 +225,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     area = Area(1 << 20)
     n._stage = area
     n.staging = lambda total: area
-    n.direct, n.direct_size, n._dstage, n._dranges, n._old, n.direct_steps = False, 1 << 62, None, [], [], 0
     return n
-
-
-def _direct(net, size: int) -> list:
-    """GPU-Direct slots on a stand-in net from ``size`` bytes: its "device" area is a host buffer of its own
-    (the real engines, which cannot move CUDA memory here, are not told: they send it as host memory)."""
-    dev = Area(1 << 20)
-    net.direct, net.direct_size = True, size
-
-    def device_area(nbytes: int):
-        assert nbytes <= dev.nbytes
-        net._dranges.append((dev.dev, dev.dev + dev.nbytes))
-        return dev
-    net._device_area = device_area
-    return [dev]
 
 
 def _engines():
@@ -290,13 +265,11 @@ def _all_reduce(net: netstep.StagedNet, gpu: Gpu, me: int, x: np.ndarray, y: np.
     net.step(1, [(1 - me, x.ctypes.data, x.nbytes)], [(1 - me, x.nbytes, y, "sum", x)], label, consume)
 
 
-def _interleaved(engs, gpus, direct: int = 0):
+def _interleaved(engs, gpus):
     """40 all_reduce calls per rank: rank 0 replays from its second call on, rank 1 runs Python on even
-    calls; every result checked on the stream. ``direct``: GPU-Direct slots from that many bytes."""
+    calls; every result checked on the stream."""
     count = 2600  # 10400 bytes in 4 KiB slices: 3 network steps per call, pipelined
     nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
-    for n in nets if direct else ():
-        _direct(n, direct)
     reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
     xs = [np.zeros(count, np.float32) for _ in range(2)]
     ys = [np.zeros(count, np.float32) for _ in range(2)]
@@ -332,56 +305,6 @@ def test_replay_and_python_path_match_every_call(pair):
         assert n.st.tok == n.st.val[0] == 3 * 40
         assert ctypes.c_uint32.from_address(n.done_h).value == 3 * 40
     assert ea.error() is None and eb.error() is None
-
-
-def test_gpu_direct_slots_stage_large_steps_in_device_memory(pair):
-    """GPU-Direct slots (HPCCL_NET_GPU_DIRECT): a step of at least HPCCL_NET_GPU_DIRECT_SIZE stages in the
-    device area, its copies in and out device to device, on the Python path and in replays alike, with the
-    same messages as before (results right at every call); a smaller step stays on pinned memory."""
-    (ea, eb), gpus = pair
-    nets, prog = _interleaved([(ea,), (eb,)], gpus, direct=8192)
-    assert prog.shape == (15, 3, 6, 1)
-    for n, g in zip(nets, gpus):
-        assert n.direct_steps >= 1 and n._dranges
-        assert g.calls["dtod"] >= 3  # the first call's 3 slices copied in device to device (Python path)
-    assert gpus[0].calls["replayed_dtod"] == 3 * 39  # rank 0's replays: each slice's copy in, recorded as DtoD
-    small = _net((ea,), gpus[0], 4096)
-    _direct(small, 1 << 20)
-    assert small.area(10400) is small._stage and small.direct_steps == 0  # below the size: pinned
-    assert small.area(1 << 20) is not small._stage and small.direct_steps == 1
-    assert small.on_device(small._dranges[0][0]) and not small.on_device(small._stage.host)
-    assert ea.error() is None and eb.error() is None
-
-
-def test_gpu_direct_decision(monkeypatch):
-    """HPCCL_NET_GPU_DIRECT: '0' never; '1' wherever every engine's UCX can move CUDA memory; 'auto' only
-    where this node also has GPU-Direct RDMA; each answer says why. An engine whose UCX cannot move CUDA
-    memory refuses device ranges."""
-    from hpccl import envcheck
-
-    class E:
-        def __init__(self, cuda: bool) -> None:
-            self.cuda_memory = cuda
-    yes, no = [E(True), E(True)], [E(True), E(False)]
-    monkeypatch.setattr(envcheck, "check_gpudirect", lambda *a, **k: ["no RDMA device"])
-    for mode, engines, want in (("0", yes, False), ("1", yes, True), ("1", no, False), ("auto", yes, False),
-                                ("auto", no, False)):
-        monkeypatch.setenv("HPCCL_NET_GPU_DIRECT", mode)
-        on, why = netstep.gpu_direct(engines)
-        assert on is want and why.startswith("on" if want else "off"), (mode, why)
-    monkeypatch.setattr(envcheck, "check_gpudirect", lambda *a, **k: [])
-    monkeypatch.setenv("HPCCL_NET_GPU_DIRECT", "auto")
-    assert netstep.gpu_direct(yes) == (True, "on: GPU-Direct RDMA on this node")
-    assert netstep.gpu_direct(no)[0] is False
-    a, b = _engines()
-    try:
-        if not a.cuda_memory:  # this UCX (no CUDA driver here) cannot: no range is taken
-            assert a.device_memory(1 << 40, 4096, 0, 1) is False
-        with pytest.raises(ValueError, match="set_fn"):
-            a.device_memory(1 << 40, 4096, 0, 0)
-    finally:
-        a.close()
-        b.close()
 
 
 def test_lanes_carry_alternate_slices(lanes):
