@@ -3,11 +3,13 @@ compiled path for small calls) and the MPI library, side by side in one run (rou
 interleaved, every result checked; each library's output buffer is made once per size and refilled before
 every call, as a reused buffer's pages are resident). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
 
-    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--json out.json]
+    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--paths engine,engine-py] [--json out.json]
 
 Inside (under mpiexec on those hosts) it is started with --ranks. Each round times --iters calls back to
 back below 1 MiB (one call from 1 MiB), after a barrier, and takes the slowest rank's time per call. Prints,
-per collective and size, the median over rounds of each and the ratios to MPI."""
+per collective and size, the median over rounds of each and the ratios to MPI. --paths picks hpccl's paths
+(default: the engine as a user gets it); each is a communicator with its own engine thread, so on a small
+host a second one competes with the first and with MPI for the cores."""
 from __future__ import annotations
 
 import argparse
@@ -26,7 +28,7 @@ COLLS = ("all_reduce", "broadcast", "all_gather")
 #: hpccl's network paths: the engine with its compiled path for small calls (hpccl/csrc/_nethot.c, the default),
 #: and the engine with Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs
 #: (docs/PERFORMANCE.md) was removed in issue 34
-NAMES = ("engine", "engine-py")
+PATHS = ("engine", "engine-py")
 
 
 def _call(comms: dict, world, name: str, coll: str, x: np.ndarray, y: np.ndarray) -> None:
@@ -51,6 +53,7 @@ def ranks(args: argparse.Namespace) -> int:
     world = MPI.COMM_WORLD
     n = world.size
     comms = {}
+    NAMES = tuple(args.paths.split(","))
     for name in NAMES:
         os.environ["HPCCL_NET"] = name.split("-")[0]  # read when the communicator picks its network transport
         os.environ["HPCCL_NET_HOT_SIZE"] = "0" if name == "engine-py" else str(256 << 10)  # and its compiled path
@@ -96,7 +99,7 @@ def ranks(args: argparse.Namespace) -> int:
                       + f"  MPI {r['mpi_s'] * 1e6:>7.0f}us" + "".join(f"  {k}/MPI {r[k + '_s'] / r['mpi_s']:5.2f}"
                                                                    for k in NAMES), flush=True)
     if world.rank == 0 and args.json:
-        Path(args.json).write_text(json.dumps({"ranks": n, "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"ranks": n, "paths": list(NAMES), "rows": rows}, indent=1))
     for c in comms.values():
         c.destroy()
     return 0
@@ -110,7 +113,7 @@ def launcher(args: argparse.Namespace) -> int:
     try:
         extra = ["--json", args.json] if args.json else []
         p = run_on_hosts(h, args.hosts, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps),
-                                           "--iters", str(args.iters),
+                                           "--iters", str(args.iters), "--paths", args.paths,
                                            "--colls", args.colls] + extra,
                          env={"MPIR_CVAR_NOLOCAL": "1", "HPCCL_CHECK_ENV": "0"}, timeout=1500)
         print(p.stdout, flush=True)
@@ -127,8 +130,12 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20,
                     help="calls timed back to back per round below 1 MiB (1: one call after a barrier)")
     ap.add_argument("--colls", default=",".join(COLLS))
+    ap.add_argument("--paths", default="engine", help=f"hpccl's paths, comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
+    bad = [p for p in a.paths.split(",") if p not in PATHS]
+    if bad:
+        ap.error(f"--paths: {', '.join(bad)} not one of {', '.join(PATHS)}")
     return ranks(a) if a.ranks else launcher(a)
 
 
