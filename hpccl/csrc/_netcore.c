@@ -566,6 +566,13 @@ void *engine_loop(void *arg) {
   long idle = 0;
   pthread_mutex_lock(&e->wlock);
   while (!atomic_load(&e->stop)) {
+    double hold = atomic_load(&e->hold_until);
+    if (hold > 0 && now_s() < hold) {  /* a test's stopped engine: no progress, no timeouts, no done words */
+      pthread_mutex_unlock(&e->wlock);
+      usleep(1000);
+      pthread_mutex_lock(&e->wlock);
+      continue;
+    }
     int work = engine_step(e);
     double t = 0;
     if ((idle & 255) == 0 && (t = now_s()) >= e->next_check) {

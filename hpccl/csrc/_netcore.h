@@ -156,6 +156,7 @@ typedef struct engine {
   atomic_int ctrl_head, ctrl_tail;
   atomic_int aborted_by;
   atomic_int closed;
+  _Atomic double hold_until; /* fault injection (Engine.hold): the thread does nothing until then */
   uint64_t batches_done, bytes_sent, bytes_recv;
 } engine_t;
 

@@ -475,7 +475,16 @@ static PyObject *Engine_staged_made(Engine *self, void *c) {
   return PyLong_FromUnsignedLongLong(self->core.staged_made);
 }
 
+static PyObject *Engine_hold(Engine *self, PyObject *args) {
+  double secs;
+  if (!PyArg_ParseTuple(args, "d", &secs)) return NULL;
+  atomic_store(&self->core.hold_until, secs > 0 ? now_s() + secs : 0.0);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef Engine_methods[] = {
+  {"hold", (PyCFunction)Engine_hold, METH_VARARGS, "hold(seconds): fault injection for tests: the progress thread "
+   "does nothing (no progress, no timeouts, no done words) for that long; 0 lets it go at once."},
   {"program", (PyCFunction)Engine_program, METH_VARARGS, "A recorded GPU network call to replay (hpccl/gpu/netreplay.py)."},
   {"address", (PyCFunction)Engine_address, METH_NOARGS, "This worker's UCX address (bytes)."},
   {"info", (PyCFunction)Engine_info, METH_NOARGS, "UCX's description of the context and worker."},

@@ -108,6 +108,12 @@ class StagedNet:
         self.timeout = float(config.get("HPCCL_TIMEOUT"))
         self._words = _Pinned(self.driver, 64)
         ctypes.memset(self._words.host, 0, 64)
+        # the network kernels' backstop (hp_net_wait): a wait for the engine's done word that outlives
+        # 2 x HPCCL_TIMEOUT + 5 s (the engine writes every done word within HPCCL_TIMEOUT, ok or not) gives
+        # up and sets a stuck word; words [10..11] and [12] of the eager page, [2..3] and [4] of a captured one
+        self.kernel_limit = int((2 * self.timeout + 5) * 1e9) if self.timeout > 0 else 0
+        _put_limit(self._words.host + 40, self.kernel_limit)
+        self._stuck = [self._words.host + 48]  # host addresses of every stuck word
         self.ready_h, self.ready_d = self._words.host, self._words.dev  # one ready word: every lane reads it
         self.dones = [(self._words.host + 4 + 4 * j, self._words.dev + 4 + 4 * j) for j in range(len(self.engs))]
         self.done_h, self.done_d = self.dones[0]
@@ -368,7 +374,9 @@ class StagedNet:
         ops = _messages(send, recv, area.host)
         if self.rec is not None:
             self.rec.refuse("captured")
-        arm_h, arm_d = self._graph_word(2)  # arm, then done: the kernel's words[0] and words[1]
+        arm_h, arm_d = self._graph_word(5)  # arm, done, the wait's limit (2 words), stuck: the kernel's words
+        _put_limit(arm_h + 8, self.kernel_limit)
+        self._stuck.append(arm_h + 16)
         t = self.engs[0].template(ops, arm_h + 4, arm_h, self.timeout, label)
         self._graph.append(t)
         self._armed.append((arm_h, arm_h + 4))
@@ -474,6 +482,12 @@ class StagedNet:
         return False
 
     def error(self) -> Optional[HpcclError]:
+        if any(ctypes.c_uint32.from_address(a).value for a in self._stuck):
+            from ..errors import HpcclSystemError
+            return HpcclSystemError(
+                f"a GPU network step's kernel waited {self.kernel_limit / 1e9:g}s (2 x HPCCL_TIMEOUT + 5 s) for "
+                f"this rank's network engine and gave up: the engine stopped writing its done words; the step's "
+                f"data is not whole")
         e = next((x for x in (eng.error() for eng in self.engs) if x is not None), None)
         if e is None:
             return None
@@ -549,6 +563,12 @@ class _Orphans:
 
 
 ORPHANS = _Orphans()
+
+
+def _put_limit(addr: int, ns: int) -> None:
+    """A kernel wait's limit in nanoseconds, as two 32-bit words at ``addr`` (low first: hp_net_wait)."""
+    ctypes.c_uint32.from_address(addr).value = ns & 0xFFFFFFFF
+    ctypes.c_uint32.from_address(addr + 4).value = ns >> 32
 
 
 def _split(n: int, k: int) -> List[tuple]:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hpccl import config
-from hpccl.errors import HpcclError, HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
+from hpccl.errors import HpcclError, HpcclSystemError, HpcclInvalidArgument, HpcclRemoteError, HpcclTimeoutError, HpcclUnsupported
 from hpccl.ops import AVG, MAX, MIN, PROD, SUM
 
 from gpu_util import (end_together, FLOATS, assert_close, have_torch, np_dtype, poison, rank_data, reference, to_dev,
@@ -659,6 +659,48 @@ def test_replayed_call_timeout_names_the_peer(monkeypatch):
                 assert missing == [1], str(info.value)
             with pytest.raises(HpcclError):
                 comm.all_reduce(x, stream=s)
+    finally:
+        end_together(comm)
+
+
+@pytest.mark.parametrize("count", [16, 1 << 20])
+def test_kernel_wait_timeout_when_the_engine_stops(monkeypatch, count):
+    """The network kernels' backstop (hp_net_wait): across nodes, a small all_reduce (one fused kernel) or a
+    4 MiB one (one piped kernel) while rank 0's network engines are held (Engine.hold, fault injection: no
+    progress, no timeouts, no done words) for 13 s: rank 0's kernel gives up at 2 x HPCCL_TIMEOUT + 5 s = 7 s,
+    before the engines are let go, so its stream is released and synchronize() raises HpcclSystemError saying
+    the engine stopped; the peers' steps fail too (their data never came)."""
+    import cupy
+    import hpccl
+    monkeypatch.setenv("HPCCL_TIMEOUT", "1")
+    comm = hpccl.Communicator()
+    try:
+        comm.all_reduce(cupy.ones(16, dtype=cupy.float32))  # the GPU side is made at the first GPU call
+        comm.synchronize()
+        net = getattr(getattr(comm._dev, "prim", None), "net", None)
+        if net is None or comm.local_size != 1:
+            pytest.skip("the backstop is in the staged network path's one-kernel steps (one rank per node: "
+                        f"HPCCL_NODE_ID=split:1); this layout has {comm.num_nodes} node(s), {comm.local_size} "
+                        "rank(s) per node")
+        assert net.kernel_limit == 7_000_000_000
+        x = cupy.ones(count, dtype=cupy.float32)
+        s = cupy.cuda.Stream(non_blocking=True)
+        fused, piped = net.fused, net.piped
+        if comm.rank == 0:
+            for e in net.engs:
+                e.hold(13)
+        t0 = time.monotonic()
+        with pytest.raises(HpcclError) as info:
+            comm.all_reduce(x, stream=s)
+            comm.synchronize()
+        s.synchronize()  # released
+        took = time.monotonic() - t0
+        assert (net.fused > fused) if count == 16 else (net.piped > piped)
+        if comm.rank == 0:
+            assert 6.5 < took < 12.5, took  # the kernel's limit, not the engines' release, ended the wait
+            assert isinstance(info.value, HpcclSystemError) and "gave up" in str(info.value), str(info.value)
+        else:
+            assert took < 12.5, took
     finally:
         end_together(comm)
 

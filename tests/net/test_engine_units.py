@@ -182,6 +182,24 @@ def test_staged_step_times_out_naming_the_silent_rank_and_still_writes_done(pair
     assert code == ne.E_TIMEOUT and "all_reduce #9" in msg and "[1]" in msg
 
 
+def test_a_held_engine_does_nothing_until_let_go(pair):
+    """Engine.hold (fault injection for the GPU kernels' backstop test): a held engine neither moves a ready
+    step nor times it out nor writes its done word; let go, it finishes the step."""
+    a, b = pair
+    words, addr = _words(4)
+    src = np.arange(1024, dtype=np.float32)
+    dst = np.zeros_like(src)
+    a.hold(30)
+    a.staged([(ne.SEND, 1, src.ctypes.data, src.nbytes)], addr[0], 1, addr[1], 1, 0.2, "all_reduce #1")
+    b.staged([(ne.RECV, 0, dst.ctypes.data, dst.nbytes)], addr[2], 1, addr[3], 1, 10.0, "all_reduce #1")
+    words[0] = words[2] = 1
+    time.sleep(0.6)  # past the held step's 0.2 s timeout
+    assert words[1] == 0 and words[3] == 0 and not dst.any() and a.error() is None
+    a.hold(0)
+    assert _until(lambda: words[3] == 1 and words[1] == 1)
+    assert np.array_equal(dst, src)
+
+
 def test_abort_fails_what_waits(pair):
     a, b = pair
     r = b.recv(0, np.zeros(8, np.uint8))

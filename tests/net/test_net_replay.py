@@ -222,6 +222,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n.pipe = True
     n._graph, n._gwords, n._gword_next, n._armed = [], None, netstep._WORDS, []
     n.fused_size = 16 << 10
+    n.kernel_limit, n._stuck = 7_000_000_000, [n.ready_h + 48]
     area = Area(1 << 20)
     n._stage = area
     n.staging = lambda total: area
@@ -305,6 +306,21 @@ def test_replay_and_python_path_match_every_call(pair):
         assert n.st.tok == n.st.val[0] == 3 * 40
         assert ctypes.c_uint32.from_address(n.done_h).value == 3 * 40
     assert ea.error() is None and eb.error() is None
+
+
+def test_a_kernel_that_gave_up_on_the_engine_is_the_next_calls_error(pair):
+    """The network kernels' backstop (hp_net_wait): the limit is written where the kernels read it (low word
+    first), and a stuck word the kernel set makes StagedNet.error() an HpcclSystemError saying the engine
+    stopped, ahead of the engines' own errors."""
+    from hpccl.errors import HpcclSystemError
+    (ea, _eb), gpus = pair
+    net = _net((ea,), gpus[0], 4096)
+    netstep._put_limit(net.ready_h + 40, net.kernel_limit)
+    assert (net._words[10] | net._words[11] << 32) == 7_000_000_000
+    assert net.error() is None
+    net._words[12] = 1  # what hp_net_wait writes when it gives up
+    err = net.error()
+    assert isinstance(err, HpcclSystemError) and "gave up" in str(err) and "7s" in str(err)
 
 
 def test_lanes_carry_alternate_slices(lanes):
