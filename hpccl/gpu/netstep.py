@@ -494,7 +494,9 @@ class StagedNet:
         return step_error(e, None if self.transport is None else self.transport._failed)
 
     def close(self) -> None:
-        """After the engine's last step ended (the caller synchronized the device or the engine closed)."""
+        """After the engine's last step ended (the caller synchronized the device or the engine closed). An
+        engine that stopped (a kernel gave up on it, or a step is still behind) may yet write its steps' done
+        words and staging when it is closed: their memory is then kept until the process ends, not freed."""
         for t in self._graph:
             if not isinstance(t, _Pinned):
                 t.retire()  # the engine stops reading its arm word before the word's memory is freed
@@ -502,8 +504,11 @@ class StagedNet:
         if self._armed:  # a graph may still be replayed: its words and staging stay, answered by ORPHANS
             ORPHANS.adopt(self._armed, graph)
             graph = []
-        for p in [self._words, self._stage, *self._old, *graph]:
-            if p is not None:
+        mem = [p for p in [self._words, self._stage, *self._old, *graph] if p is not None]
+        if self.pending() or any(ctypes.c_uint32.from_address(a).value for a in self._stuck):
+            ORPHANS.keep(mem)
+        else:
+            for p in mem:
                 p.free()
         self._graph, self._old, self._stage, self._armed = [], [], None, []
         if self._join_ev:

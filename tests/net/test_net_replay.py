@@ -323,6 +323,33 @@ def test_a_kernel_that_gave_up_on_the_engine_is_the_next_calls_error(pair):
     assert isinstance(err, HpcclSystemError) and "gave up" in str(err) and "7s" in str(err)
 
 
+def test_closing_behind_a_stopped_engine_keeps_its_memory(pair, monkeypatch):
+    """A communicator closed while a step is still behind (its engine stopped: a kernel gave up on it) keeps
+    the words and staging that engine may yet write until the process ends (netstep.ORPHANS), where a
+    healthy one frees them."""
+    (ea, _eb), gpus = pair
+    kept: list = []
+    monkeypatch.setattr(netstep.ORPHANS, "keep", kept.extend)
+    freed: list = []
+
+    class Mem:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def free(self) -> None:
+            freed.append(self.name)
+    for behind in (False, True):
+        net = _net((ea,), gpus[0], 4096)
+        held = net._words  # the done and stuck words live here
+        net._words, net._stage, net._old, net._join_ev = Mem("words"), Mem("stage"), [], 0
+        net.st.val[0] = 1 if behind else 0  # a step handed out whose done word (0) is behind
+        net.close()
+        assert (freed, [m.name for m in kept]) == (([], ["words", "stage"]) if behind else (["words", "stage"], []))
+        freed.clear()
+        kept.clear()
+        del held
+
+
 def test_lanes_carry_alternate_slices(lanes):
     """Two lanes: slice i of every message goes over lane i mod 2 (its own engine, done word and counter),
     on the Python path and in replays alike."""
