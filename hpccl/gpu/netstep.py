@@ -562,9 +562,13 @@ class _Orphans:
         return n
 
     def _run(self) -> None:
+        """Polls every millisecond for a second after a replay it answered, every 20 ms otherwise (an
+        orphaned graph's replay then waits that long, once: it is an error whose work is void anyway)."""
+        last = 0.0
         while True:
-            self.answer()
-            time.sleep(0.001)
+            if self.answer():
+                last = time.monotonic()
+            time.sleep(0.001 if time.monotonic() - last < 1.0 else 0.02)
 
 
 ORPHANS = _Orphans()
