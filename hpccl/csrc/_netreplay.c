@@ -11,7 +11,8 @@
    span lanes (engines of their own, each with a done word and counter): one token, a batch per lane.
 
    run(stream, label) returns 0 (enqueued), 1 (the stream is capturing: nothing enqueued, Python captures
-   it) or 2 (the engine is closed, aborting or a step failed: nothing enqueued, Python raises the error);
+   it) or 2 (the engine is closed, aborting or a step failed, or a network kernel gave up waiting for the
+   engine (the stuck word): nothing enqueued, Python raises the error);
    a driver call that fails raises RuntimeError naming it.
 
    The Python type NetProgram (made by Engine.program(), _netengine.c); the engines are _netcore.h's. */
@@ -68,6 +69,7 @@ typedef struct {
   net_state *st;
   void *fn[F_COUNT];
   uint64_t ready_h, ready_d, gate;
+  uint64_t stuck_h;          /* the eager steps' stuck word (hp_net_wait gave up), 0: none */
   void *join_ev;
   double timeout;
   int nacts, nposts, nmsgs;
@@ -142,14 +144,15 @@ bad:
   return -1;
 }
 
-/* program(acts, msgs, fns, (ready_h, ready_d), lanes, state_addr, join_event, timeout, gate, keep) -> NetProgram
+/* program(acts, msgs, fns, (ready_h, ready_d, stuck_h), lanes, state_addr, join_event, timeout, gate, keep)
+   -> NetProgram
    fns: the driver entry points in F_* order; lanes: ((engine, done_h, done_d), ...), lane 0 first */
 PyObject *Engine_program(Engine *self, PyObject *args) {
   PyObject *acts, *msgs, *fns, *lanes, *keep;
-  unsigned long long rh, rd, state, join, gate;
+  unsigned long long rh, rd, sh = 0, state, join, gate;
   double timeout;
-  if (!PyArg_ParseTuple(args, "O!O!O!(KK)O!KKdKO", &PyList_Type, &acts, &PyList_Type, &msgs, &PyTuple_Type, &fns,
-                        &rh, &rd, &PyTuple_Type, &lanes, &state, &join, &timeout, &gate, &keep))
+  if (!PyArg_ParseTuple(args, "O!O!O!(KKK)O!KKdKO", &PyList_Type, &acts, &PyList_Type, &msgs, &PyTuple_Type, &fns,
+                        &rh, &rd, &sh, &PyTuple_Type, &lanes, &state, &join, &timeout, &gate, &keep))
     return NULL;
   if (check_open(self) < 0) return NULL;
   Py_ssize_t nl = PyTuple_GET_SIZE(lanes);
@@ -174,7 +177,7 @@ PyObject *Engine_program(Engine *self, PyObject *args) {
   Py_INCREF(keep);
   p->keep = keep;
   p->st = (net_state *)(uintptr_t)state;
-  p->ready_h = rh; p->ready_d = rd; p->gate = gate;
+  p->ready_h = rh; p->ready_d = rd; p->gate = gate; p->stuck_h = sh;
   p->join_ev = (void *)(uintptr_t)join;
   p->timeout = timeout;
   for (int i = 0; i < F_COUNT; i++) {
@@ -265,6 +268,7 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   for (int j = 0; j < p->nlanes; j++) {
     if (!engine_usable(&p->eng[j]->core)) return PyLong_FromLong(2);
   }
+  if (p->stuck_h && *(volatile uint32_t *)(uintptr_t)p->stuck_h) return PyLong_FromLong(2);
   net_state *st = p->st;
   nr_pending q = {{NULL}, {NULL}};
   const char *what = NULL;  /* the driver call that failed, NULL: out of memory */

@@ -157,7 +157,7 @@ class NetReplays:
         net = self.net
         lanes = tuple((e, h, d) for e, (h, d) in zip(net.engs, net.dones))
         self._progs[key] = net.eng.program(
-            rec.acts, rec.msgs, self._fns, (net.ready_h, net.ready_d), lanes,
+            rec.acts, rec.msgs, self._fns, (net.ready_h, net.ready_d, net.stuck_h), lanes,
             ctypes.addressof(net.st), net._join_ev, net.timeout, rec.gate or 0, rec.keep)
 
     def drop(self) -> None:

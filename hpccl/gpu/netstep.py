@@ -36,7 +36,7 @@ import ctypes
 import re
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import config, log
 from ..errors import HpcclError, HpcclTimeoutError
@@ -113,7 +113,8 @@ class StagedNet:
         # up and sets a stuck word; words [10..11] and [12] of the eager page, [2..3] and [4] of a captured one
         self.kernel_limit = int((2 * self.timeout + 5) * 1e9) if self.timeout > 0 else 0
         _put_limit(self._words.host + 40, self.kernel_limit)
-        self._stuck = [self._words.host + 48]  # host addresses of every stuck word
+        self.stuck_h = self._words.host + 48  # the eager steps' stuck word (the C replay reads it too)
+        self._cstuck: Dict[int, tuple] = {}  # graph word page (host address) -> (its words, captured stuck words)
         self.ready_h, self.ready_d = self._words.host, self._words.dev  # one ready word: every lane reads it
         self.dones = [(self._words.host + 4 + 4 * j, self._words.dev + 4 + 4 * j) for j in range(len(self.engs))]
         self.done_h, self.done_d = self.dones[0]
@@ -376,7 +377,11 @@ class StagedNet:
             self.rec.refuse("captured")
         arm_h, arm_d = self._graph_word(5)  # arm, done, the wait's limit (2 words), stuck: the kernel's words
         _put_limit(arm_h + 8, self.kernel_limit)
-        self._stuck.append(arm_h + 16)
+        page = self._gwords
+        if page.host not in self._cstuck:
+            import numpy as np
+            self._cstuck[page.host] = (np.ctypeslib.as_array((ctypes.c_uint32 * _WORDS).from_address(page.host)), [])
+        self._cstuck[page.host][1].append((arm_h + 16 - page.host) // 4)
         t = self.engs[0].template(ops, arm_h + 4, arm_h, self.timeout, label)
         self._graph.append(t)
         self._armed.append((arm_h, arm_h + 4))
@@ -481,8 +486,13 @@ class StagedNet:
                 return True
         return False
 
+    def gave_up(self) -> bool:
+        """Whether a network kernel's wait for the engine gave up (a stuck word is set)."""
+        return bool(ctypes.c_uint32.from_address(self.stuck_h).value) or \
+            any(words[idx].any() for words, idx in self._cstuck.values())
+
     def error(self) -> Optional[HpcclError]:
-        if any(ctypes.c_uint32.from_address(a).value for a in self._stuck):
+        if self.gave_up():
             from ..errors import HpcclSystemError
             return HpcclSystemError(
                 f"a GPU network step's kernel waited {self.kernel_limit / 1e9:g}s (2 x HPCCL_TIMEOUT + 5 s) for "
@@ -505,7 +515,7 @@ class StagedNet:
             ORPHANS.adopt(self._armed, graph)
             graph = []
         mem = [p for p in [self._words, self._stage, *self._old, *graph] if p is not None]
-        if self.pending() or any(ctypes.c_uint32.from_address(a).value for a in self._stuck):
+        if self.pending() or self.gave_up():
             ORPHANS.keep(mem)
         else:
             for p in mem:

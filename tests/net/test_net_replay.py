@@ -222,7 +222,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n.pipe = True
     n._graph, n._gwords, n._gword_next, n._armed = [], None, netstep._WORDS, []
     n.fused_size = 16 << 10
-    n.kernel_limit, n._stuck = 7_000_000_000, [n.ready_h + 48]
+    n.kernel_limit, n.stuck_h, n._cstuck = 7_000_000_000, n.ready_h + 48, {}
     area = Area(1 << 20)
     n._stage = area
     n.staging = lambda total: area
@@ -306,6 +306,8 @@ def test_replay_and_python_path_match_every_call(pair):
         assert n.st.tok == n.st.val[0] == 3 * 40
         assert ctypes.c_uint32.from_address(n.done_h).value == 3 * 40
     assert ea.error() is None and eb.error() is None
+    nets[0]._words[12] = 1  # a network kernel gave up on the engine: the next call is not replayed
+    assert prog.run(1, "all_reduce #41") == 2 and nets[0].st.tok == 3 * 40
 
 
 def test_a_kernel_that_gave_up_on_the_engine_is_the_next_calls_error(pair):
@@ -578,6 +580,12 @@ def test_captured_fused_steps_arm_their_template_at_every_replay(pair):
                 assert t.state()[1] == 20
                 t.retire()
     assert ea.error() is None and eb.error() is None
+    # the captured kernel's stuck word (words [4] after its arm word) is one StagedNet.error() reads
+    net = nets[0]
+    (words, idx), = net._cstuck.values()
+    assert len(idx) == 1 and net.error() is None
+    words[idx[0]] = 1  # what hp_net_wait writes when a captured step's wait gives up
+    assert net.gave_up() and "gave up" in str(net.error())
 
 
 def test_a_graph_replayed_after_its_communicator_closed_ends_and_is_logged(pair, caplog):

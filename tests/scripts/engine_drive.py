@@ -180,7 +180,7 @@ for r, eng in enumerate((a, b)):
     # kinds interleave on one counter with the same messages
     plain = [(0, dst[r].ctypes.data, src[r].ctypes.data, 16), (6, 0), (3, 2, 0), (4, 0)]
     fused = [(7, 0), (3, 1, 0), (7, 0), (3, 1, 0), (8, FUSED, 1, 256, (0, 0, 0, 0, 0, 0, rw, 0), 1)]
-    progs.append(eng.program(fused if r else plain, msgs, fns, (rw, rw), ((eng, dw, dw),),
+    progs.append(eng.program(fused if r else plain, msgs, fns, (rw, rw, 0), ((eng, dw, dw),),
                              ctypes.addressof(state[r]), 0, 10.0, 0, None))
 ran = [0, 0]
 
