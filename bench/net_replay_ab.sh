@@ -18,6 +18,8 @@
 #   graph  graph capture: the capture test at split:2 x 4 and split:4 x 8 (hier), and bench/net_graph.py
 #          (all_reduce eager and replayed from a graph, vs NCCL sockets) at split:1 x 2 and split:2 x 4
 #          (CAPTURE_AT, GRAPH_AT: the layouts, "split:2,4 split:4,8" and "split:1,2 split:2,4"; empty: none)
+# Test stages print pytest's summary lines, keep the whole output in $OUT/pytest_raw.log, and fail when a run
+# printed no summary (a rank that died said nothing otherwise).
 SPLIT_LOG=net_replay_ab.log source "$(dirname "$0")/split_env.sh"
 PERF="tests/scripts/nccl_hostid.sh python3 -m hpccl.cli.perf"
 QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
@@ -25,6 +27,17 @@ QUIET="NCCL INFO\|share this node\|^#  \|^# all\|^# hpccl\|^# comm\|^#$"
 # (PYTHONSAFEPATH=1: the working directory's hpccl/ is not put first), else its variables
 tag() { case $1 in *.snap/*) local t=${1#*.snap/}; echo "tree_${t%%[:/,]*}" ;; *PYTHONSAFEPATH*) echo tree_head ;;
         *) echo "${1#HPCCL_}" | tr =, __ ;; esac; }
+# pytest's summary lines of a multi-rank run, counted; its whole output goes to $OUT/pytest_raw.log, and a run that
+# printed no summary at all (a rank died, or the timeout ended it) says so
+summ() {
+  local f; f=$(mktemp)
+  tee -a "$OUT/pytest_raw.log" > "$f"
+  grep -a -E "${1:-passed|failed|FAILED|Error|SKIPPED}" "$f" | sort | uniq -c
+  if ! grep -a -q -E "[0-9]+ (passed|failed)" "$f"; then
+    echo "=== no pytest summary (a rank died, or the time ran out): see $OUT/pytest_raw.log"; rm -f "$f"; return 1
+  fi
+  rm -f "$f"
+}
 rc=0
 for stage in ${STAGES:-check cost perf}; do
   case $stage in
@@ -32,23 +45,23 @@ for stage in ${STAGES:-check cost perf}; do
     echo "=== quick GPU matrix at split:1, 2 ranks ($(date -u +%T))"
     timeout ${T_MATRIX:-200} $M -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n 2 python3 -m pytest tests/gpu -q -x \
       -p no:cacheprovider --color=no -rs -k "not timeout and not host_memory" 2>&1 \
-      | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1
+      | summ || rc=1
     for n in 4 8; do
       echo "=== replay and stream-order tests at split:1, $n ranks ($(date -u +%T))"
       timeout ${T_SUB:-150} $M -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n $n python3 -m pytest tests/gpu/test_cuda.py -q -x \
         -p no:cacheprovider --color=no -rs -k "replay or stream_order or back_to_back or test_all_reduce_dtype" 2>&1 \
-        | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1
+        | summ || rc=1
     done ;;
   hier)
     echo "=== hier at split:2, 4 ranks (node kernels + network steps on lanes) ($(date -u +%T))"
     timeout ${T_SUB:-150} ${M/split:1/split:2} -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n 4 python3 -m pytest \
       tests/gpu/test_cuda.py -q -x -p no:cacheprovider --color=no -rs \
       -k "stream_order or back_to_back or test_all_reduce_dtype or test_all_gather or broadcast_reduce or graph" 2>&1 \
-      | grep -a -E "passed|failed|FAILED|Error" | sort | uniq -c || rc=1 ;;
+      | summ "passed|failed|FAILED|Error" || rc=1 ;;
   fail)
     echo "=== timeout tests at split:1, 2 ranks (a replayed call whose peer never comes) ($(date -u +%T))"
     timeout ${T_SUB:-150} $M -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider --color=no -rs \
-      -k "timeout" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1 ;;
+      -k "timeout" 2>&1 | summ || rc=1 ;;
   cost)
     for v in ${COST_VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
       echo "=== net_step_cost, $v ($(date -u +%T))"
@@ -83,8 +96,7 @@ for stage in ${STAGES:-check cost perf}; do
     for l in ${CAPTURE_AT-split:2,4 split:4,8}; do set -- ${l/,/ }
       echo "=== graph capture at $1, $2 ranks ($(date -u +%T))"
       timeout ${T_SUB:-150} ${M/split:1/$1} -x HPCCL_TIMEOUT=60 -n $2 python3 -m pytest tests/gpu/test_cuda.py -q \
-        -p no:cacheprovider --color=no -rs -k "graph_capture" 2>&1 | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" \
-        | sort | uniq -c || rc=1
+        -p no:cacheprovider --color=no -rs -k "graph_capture" 2>&1 | summ "passed|failed|FAILED|Error|SKIPPED|assert" || rc=1
     done
     for l in ${GRAPH_AT-split:1,2 split:2,4}; do set -- ${l/,/ }
       echo "=== all_reduce eager and from a graph, $1 x $2 ranks, vs NCCL sockets ($(date -u +%T))"
