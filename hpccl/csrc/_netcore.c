@@ -31,19 +31,19 @@ batch_t *batch_new(int nops, int bkind) {
 /* a staged batch of up to SPARE_OPS messages (a piece on a lane sends and receives one each), reused from
    e's spares when one is free; the caller's thread only (replays and Engine.staged, under the GIL) */
 #define SPARE_OPS 4
-batch_t *batch_staged(engine_t *e, int nops) {
+static batch_t *staged_from(engine_t *e, batch_t **own, int nops, uint64_t *made) {
   if (nops > SPARE_OPS) return batch_new(nops, BK_STAGED);
-  if (!e->spare_own) e->spare_own = atomic_exchange(&e->spare, NULL);
-  batch_t *b = e->spare_own;
+  if (!*own) *own = atomic_exchange(&e->spare, NULL);
+  batch_t *b = *own;
   if (b) {  /* clear what a staged batch reads (not the error text, label and control words that follow) */
-    e->spare_own = b->snext;
+    *own = b->snext;
     memset(b, 0, offsetof(batch_t, err));
     b->err[0] = b->label[0] = 0;
     memset(b + 1, 0, (size_t)nops * sizeof(op_t));
   } else if (!(b = calloc(1, sizeof(batch_t) + SPARE_OPS * sizeof(op_t)))) {
     return NULL;
-  } else {
-    e->staged_made++;
+  } else if (made) {
+    (*made)++;
   }
   b->ops = (op_t *)(b + 1);
   b->nops = nops;
@@ -56,6 +56,8 @@ batch_t *batch_staged(engine_t *e, int nops) {
   return b;
 }
 
+batch_t *batch_staged(engine_t *e, int nops) { return staged_from(e, &e->spare_own, nops, &e->staged_made); }
+
 void batch_unref(batch_t *b) {
   if (atomic_fetch_sub(&b->refs, 1) != 1) return;
   engine_t *e = b->home;
@@ -66,9 +68,9 @@ void batch_unref(batch_t *b) {
 
 /* the spares an engine holds, freed with it (every staged batch has ended by then: engine_close) */
 void batch_spares_free(engine_t *e) {
-  batch_t *lists[2] = {atomic_exchange(&e->spare, NULL), e->spare_own};
-  e->spare_own = NULL;
-  for (int i = 0; i < 2; i++)
+  batch_t *lists[3] = {atomic_exchange(&e->spare, NULL), e->spare_own, e->spare_eng};
+  e->spare_own = e->spare_eng = NULL;
+  for (int i = 0; i < 3; i++)
     for (batch_t *b = lists[i], *n; b; b = n) { n = b->snext; free(b); }
 }
 
@@ -455,6 +457,47 @@ static int ctrl_progress(engine_t *e) {
   return n;
 }
 
+/* a piped step's pieces on this lane (BK_PIPE, see batch_t) made into staged batches and activated in piece
+   order (their done words are written in that order); d itself goes. Out of memory: d becomes an empty
+   failed batch whose done value is the lane's last, after the pieces made so far, so no wait is left behind */
+static void expand_pipe(engine_t *e, batch_t *d) {
+  uint64_t sseq = d->pipe.sseq, rseq = d->pipe.rseq;
+  for (int i = 0; i < d->pipe.k; i++) {
+    uint64_t g = (uint64_t)d->pipe.lane + (uint64_t)i * (uint64_t)d->pipe.lanes;
+    int snd = g < (uint64_t)d->pipe.ks, rcv = g < (uint64_t)d->pipe.kr;
+    batch_t *b = staged_from(e, &e->spare_eng, snd + rcv, NULL);
+    if (!b) {
+      d->bkind = BK_STAGED;
+      d->done_val = d->pipe.v0 + (uint32_t)(d->pipe.k - 1);
+      batch_fail(d, E_OTHER, -1, "out of memory making a piped step's pieces");
+      activate(e, d);
+      return;
+    }
+    op_t *o = b->ops;
+    if (snd) {
+      uint64_t off = g * d->pipe.ps;
+      o->kind = K_SEND; o->peer = d->pipe.speer; o->buf = d->pipe.sbase + off;
+      o->len = d->pipe.ns - off < d->pipe.ps ? d->pipe.ns - off : d->pipe.ps;
+      o->tag = ((uint64_t)e->rank << RANK_SHIFT) | (sseq++ & EAGER_MASK);
+      o++;
+    }
+    if (rcv) {
+      uint64_t off = g * d->pipe.pr;
+      o->kind = K_RECV; o->peer = d->pipe.rpeer; o->buf = d->pipe.rbase + off;
+      o->len = d->pipe.nr - off < d->pipe.pr ? d->pipe.nr - off : d->pipe.pr;
+      o->tag = ((uint64_t)d->pipe.rpeer << RANK_SHIFT) | (rseq++ & EAGER_MASK);
+    }
+    b->ready = d->ready; b->ready_tok = d->pipe.t0 + (uint32_t)g;
+    b->gate = d->gate;
+    b->done = d->done; b->done_val = d->pipe.v0 + (uint32_t)i;
+    b->ordered = b->done != NULL;
+    b->timeout = d->timeout;
+    memcpy(b->label, d->label, sizeof b->label);
+    activate(e, b);
+  }
+  batch_unref(d);
+}
+
 int drain(engine_t *e) {
   if (!atomic_load_explicit(&e->queued, memory_order_relaxed)) return 0;
   pthread_mutex_lock(&e->qlock);
@@ -471,7 +514,8 @@ int drain(engine_t *e) {
   int n = 0;
   while (b) {
     batch_t *next = b->qnext;
-    activate(e, b);
+    if (b->bkind == BK_PIPE) expand_pipe(e, b);
+    else activate(e, b);
     b = next;
     n++;
   }

@@ -52,7 +52,7 @@
 
 enum { K_SEND = 0, K_RECV = 1 };
 enum { B_NEW = 0, B_ACTIVE = 1, B_DONE = 2, B_FAILED = 3 };
-enum { BK_OP = 0, BK_STAGED = 1, BK_TEMPLATE = 2 };
+enum { BK_OP = 0, BK_STAGED = 1, BK_TEMPLATE = 2, BK_PIPE = 3 };
 enum { E_NONE = 0, E_PEER = 1, E_TIMEOUT = 2, E_ABORT = 3, E_SIZE = 4, E_OTHER = 5, E_CLOSED = 6 };
 
 static inline double now_s(void) {
@@ -100,6 +100,17 @@ struct batch {
   char err[256];
   char label[96];
   int64_t ctrl[CTRL_WORDS];  /* a control message's payload (the batch owns it) */
+  /* BK_PIPE: a piped step's pieces on one lane (a replay hands one per lane), which the engine thread makes
+     into staged batches (expand_pipe): piece g = lane + i * lanes for i < k, its send (g < ks) of bytes
+     [g * ps, min((g + 1) * ps, ns)) of sbase to speer, its receive (g < kr) likewise into rbase from rpeer,
+     ready token t0 + g, done value v0 + i; tags from this lane's sequence numbers sseq and rseq on (the
+     caller reserved them), as Engine.staged would have taken them piece by piece */
+  struct {
+    int k, lane, lanes, ks, kr, speer, rpeer;
+    char *sbase, *rbase;
+    uint64_t ps, pr, ns, nr, sseq, rseq;
+    uint32_t t0, v0;
+  } pipe;
 };
 
 /* one engine; zeroed before engine_alloc (the Python Engine object embeds it) */
@@ -123,6 +134,7 @@ typedef struct engine {
   _Atomic(batch_t *) spare; /* staged batches done (pushed by whoever drops the last reference), taken whole
                                 by the caller's thread into spare_own: a replay's pieces cost no malloc */
   batch_t *spare_own;        /* caller's thread (under the GIL) */
+  batch_t *spare_eng;        /* the engine thread's (wlock): pieces it makes of a piped step (BK_PIPE) */
   uint64_t staged_made;      /* staged batches allocated, not reused (caller's thread) */
   atomic_int queued;         /* set (under qlock) when either queue gets work: the engine's loop reads it
                                 before taking qlock, so a spinning engine does not contend with submitters */

@@ -32,9 +32,12 @@ typedef int (*cu_wait_event_t)(void *, void *, unsigned);
 
 /* A_KTOKEN: the next token, written by a kernel (not the stream); A_KLAUNCH: a fused or piped step's kernel,
    whose last argument is this replay's token | the done value of one post << 32; A_VSYNC: lanes [0, n) take
-   the done value furthest ahead among them (a piped step numbers its pieces from one value on every lane) */
+   the done value furthest ahead among them (a piped step numbers its pieces from one value on every lane);
+   A_PIPE: a piped step's pieces, one token each (the kernel writes them), handed to each lane's engine as one
+   BK_PIPE batch it makes the pieces' batches of (the caller's cost does not grow with the pieces); it counts
+   as a post whose done value is lane 0's first piece's */
 enum { A_DTOH = 0, A_HTOD = 1, A_DTOD = 2, A_POST = 3, A_WAIT = 4, A_LAUNCH = 5, A_TOKEN = 6, A_KTOKEN = 7,
-       A_KLAUNCH = 8, A_VSYNC = 9 };
+       A_KLAUNCH = 8, A_VSYNC = 9, A_PIPE = 10 };
 enum { F_DTOH, F_HTOD, F_DTOD, F_WRITE, F_WAIT, F_LAUNCH, F_CAPTURING, F_RECORD, F_WAIT_EVENT, F_COUNT };
 #define NR_ARGS 10
 #define NR_NO_STREAM UINT64_MAX
@@ -54,6 +57,8 @@ typedef struct {
   int first, nops, lane;     /* A_POST: messages [first, first + nops) of the program's list, to one lane */
   int post;                  /* A_WAIT: which post (in order) the stream waits for */
   int nargs;                 /* A_LAUNCH, A_KLAUNCH: arguments of the kernel */
+  int pk, ks, kr, speer, rpeer;  /* A_PIPE: pieces, sends and receives among them, peers (-1: none) */
+  uint64_t sbase, rbase, ps, pr, ns, nr;
   void *func;                /* A_LAUNCH */
   unsigned grid, block;
   uint64_t args[NR_ARGS];
@@ -103,6 +108,18 @@ static int nr_parse_act(NetProgram *p, PyObject *t, nr_act *a, int *msg_at, int 
     case A_VSYNC:
       if (!PyArg_ParseTuple(t, "ii", &a->kind, &a->nops)) return -1;
       if (a->nops < 1 || a->nops > p->nlanes) goto bad;
+      return 0;
+    case A_PIPE:  /* (A_PIPE, pieces, lanes, send peer, send base, sends, send piece, send bytes, receive ...) */
+      if (!PyArg_ParseTuple(t, "iiiiKiKKiKiKK", &a->kind, &a->pk, &a->nops, &a->speer, &a->sbase, &a->ks, &a->ps,
+                            &a->ns, &a->rpeer, &a->rbase, &a->kr, &a->pr, &a->nr))
+        return -1;
+      if (a->pk < 1 || a->nops < 1 || a->nops > p->nlanes || a->ks < 0 || a->kr < 0 || a->ks > a->pk ||
+          a->kr > a->pk || (a->ks != a->pk && a->kr != a->pk) || (a->ks && (a->ps < 1 || a->speer < 0)) ||
+          (a->kr && (a->pr < 1 || a->rpeer < 0)))
+        goto bad;
+      if ((a->ks && check_peer(p->eng[0], a->speer) < 0) || (a->kr && check_peer(p->eng[0], a->rpeer) < 0)) return -1;
+      p->post_lane[(*posts)++] = 0;
+      (*tokens)++;
       return 0;
     case A_POST:
       if (!PyArg_ParseTuple(t, "iii", &a->kind, &a->nops, &a->lane)) return -1;
@@ -247,6 +264,42 @@ static int nr_post(NetProgram *p, nr_pending *q, nr_act *a, const char *label, u
   return 0;
 }
 
+/* a piped step's pieces (A_PIPE): pk tokens from st->tok + 1 on, and to each lane j a BK_PIPE batch of its
+   pieces j, j + L, ..., numbered on from the lane's done value, with the lane's tag sequence numbers for
+   its sends and receives reserved; lane 0's first done value back in *v0 */
+static int nr_pipe(NetProgram *p, nr_pending *q, nr_act *a, const char *label, uint32_t *v0) {
+  net_state *st = p->st;
+  uint32_t t0 = st->tok + 1;
+  st->tok += (uint32_t)a->pk;
+  int L = a->nops;
+  for (int j = 0; j < L && j < a->pk; j++) {
+    engine_t *e = &p->eng[j]->core;
+    batch_t *d = batch_new(0, BK_PIPE);
+    if (!d) return -1;
+    int cnt = (a->pk - j + L - 1) / L;
+    int sends = a->ks > j ? (a->ks - j + L - 1) / L : 0, recvs = a->kr > j ? (a->kr - j + L - 1) / L : 0;
+    d->pipe.k = cnt; d->pipe.lane = j; d->pipe.lanes = L;
+    d->pipe.ks = a->ks; d->pipe.kr = a->kr; d->pipe.speer = a->speer; d->pipe.rpeer = a->rpeer;
+    d->pipe.sbase = (char *)(uintptr_t)a->sbase; d->pipe.rbase = (char *)(uintptr_t)a->rbase;
+    d->pipe.ps = a->ps; d->pipe.pr = a->pr; d->pipe.ns = a->ns; d->pipe.nr = a->nr;
+    d->pipe.t0 = t0;
+    d->pipe.v0 = st->val[j] + 1;
+    st->val[j] += (uint32_t)cnt;
+    if (j == 0) *v0 = d->pipe.v0;
+    if (sends) { d->pipe.sseq = e->send_seq[a->speer]; e->send_seq[a->speer] += (uint64_t)sends; }
+    if (recvs) { d->pipe.rseq = e->recv_seq[a->rpeer]; e->recv_seq[a->rpeer] += (uint64_t)recvs; }
+    d->ready = (volatile uint32_t *)(uintptr_t)p->ready_h;
+    d->gate = p->gate ? (volatile uint32_t *)(uintptr_t)p->gate : NULL;
+    d->done = (volatile uint32_t *)(uintptr_t)p->done_h[j];
+    d->timeout = p->timeout;
+    snprintf(d->label, sizeof d->label, "%s", label);
+    d->qnext = NULL;
+    if (q->tail[j]) q->tail[j]->qnext = d; else q->head[j] = d;
+    q->tail[j] = d;
+  }
+  return 0;
+}
+
 /* hand each lane's pending batches to its engine; ``wake``: then rouse each lane's engine once if it sleeps
    (not a write(2) per batch) */
 static void nr_flush(NetProgram *p, nr_pending *q, int wake) {
@@ -281,7 +334,7 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   uint32_t tok = st->tok;
   for (int i = 0; i < p->nacts; i++) {
     nr_act *a = &p->acts[i];
-    if (a->kind != A_POST && a->kind != A_KTOKEN && a->kind != A_VSYNC) nr_flush(p, &q, 0);
+    if (a->kind != A_POST && a->kind != A_KTOKEN && a->kind != A_VSYNC && a->kind != A_PIPE) nr_flush(p, &q, 0);
     switch (a->kind) {
       case A_DTOH:
         if ((rc = ((cu_dtoh_t)p->fn[F_DTOH])((void *)(uintptr_t)a->dst, a->src, a->n, s))) what = "cuMemcpyDtoHAsync";
@@ -310,6 +363,13 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
       case A_KTOKEN:
         tok = ++st->tok;
         break;
+      case A_PIPE: {
+        uint32_t v0 = 0;
+        if (nr_pipe(p, &q, a, label, &v0) < 0) goto fail;
+        tok = st->tok;
+        p->vals[k++] = v0;
+        break;
+      }
       case A_VSYNC: {
         uint32_t m = st->val[0];
         for (int j = 1; j < a->nops; j++)

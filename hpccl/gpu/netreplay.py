@@ -70,6 +70,20 @@ class Recording:
         self.acts.append((3, len(ops), lane))
         self.msgs.extend(ops)
 
+    def pipe(self, k: int, lanes: int, send: tuple, recv: tuple, v0: int, gate: int, stream: int) -> None:
+        """A piped step's k pieces over ``lanes`` lanes (piece i on lane i mod lanes, token t0 + i, done value
+        v0 + i / lanes): send and recv are (peer or -1, staging address, pieces, piece bytes, bytes). Replayed
+        as one hand-over per lane, whose engine makes the pieces' batches (A_PIPE); counts as the post of
+        (lane 0, v0), the first piece, for the step's kernel."""
+        if not self._on(stream):
+            return
+        if self.gate is not None and gate != self.gate:
+            self.refuse("steps with different gates")
+        self.gate = gate
+        self._posts[(0, v0)] = len(self._posts)
+        (sp, sa, ks, ps, ns), (rp, ra, kr, pr, nr) = send, recv
+        self.acts.append((10, k, lanes, sp, sa, ks, ps, ns, rp, ra, kr, pr, nr))
+
     def wait(self, lane: int, val: int, stream: int) -> None:
         if self._on(stream):
             k = self._posts.get((lane, val))

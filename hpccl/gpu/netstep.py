@@ -314,15 +314,24 @@ class StagedNet:
         s = ctypes.c_void_p(stream)
         self._sync_vals(min(k, nl), stream)
         first = None
-        for i in range(k):
-            ops = []
-            if i < len(sp):
-                ops.append((i % nl, (0, send[0], area.host + sp[i][0], sp[i][1])))
-            if i < len(rp):
-                ops.append((i % nl, (1, recv[0], area.host + _align(ns) + rp[i][0], rp[i][1])))
-            posted = self._post(s, ops, label, by_kernel=True)
-            first = first or posted[0]
+        rec, self.rec = self.rec, None  # a replay hands the pieces over per lane (rec.pipe), not one by one
+        try:
+            for i in range(k):
+                ops = []
+                if i < len(sp):
+                    ops.append((i % nl, (0, send[0], area.host + sp[i][0], sp[i][1])))
+                if i < len(rp):
+                    ops.append((i % nl, (1, recv[0], area.host + _align(ns) + rp[i][0], rp[i][1])))
+                posted = self._post(s, ops, label, by_kernel=True)
+                first = first or posted[0]
+        finally:
+            self.rec = rec
         lane, val = first
+        if rec is not None:
+            piece = lambda p: max(p[0][1], 1) if p else 0  # noqa: E731 - every piece but the last is as long
+            rec.pipe(k, nl, (send[0] if send is not None else -1, area.host, len(sp), piece(sp), ns),
+                     (recv[0] if recv is not None else -1, area.host + _align(ns), len(rp), piece(rp), nr),
+                     val, self.gate() if self.gate is not None else 0, stream)
         geom = (sp[0][1] if len(sp) > 1 else max(ns, 1)) | (rp[0][1] if len(rp) > 1 else max(nr, 1)) << 32
         func, grid, block, args = launch(area.dev, area.dev + _align(ns), geom, nl | k << 32,
                                          self.st.tok | (val << 32), self.ready_d)

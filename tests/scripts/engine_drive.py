@@ -1,7 +1,8 @@
 """Drive hpccl's network engine from several threads, as the library does, for a sanitizer run
 (tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
 armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
-threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token), abort, control
+threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token, the other's a piped
+step whose batch the engine thread cuts), abort, control
 messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
@@ -178,9 +179,13 @@ for r, eng in enumerate((a, b)):
     # its last argument (A_KLAUNCH); their step is two batches (the send, then the receive, each on a token
     # of its own, as a piped step's pieces), handed to the engine as one chain before the launch; both
     # kinds interleave on one counter with the same messages
-    plain = [(0, dst[r].ctypes.data, src[r].ctypes.data, 16), (6, 0), (3, 2, 0), (4, 0)]
+    # even ranks' programs are a piped step of one piece (A_PIPE): the replay hands the engine one batch that
+    # the engine thread makes the piece's batch of, with the same two messages
+    n = src[r].nbytes
+    piped = [(9, 1), (10, 1, 1, 1 - r, src[r].ctypes.data, 1, n, n, 1 - r, dst[r].ctypes.data, 1, n, n),
+             (8, FUSED, 1, 256, (0, 0, 0, 0, 0, 0, rw, 0), 0)]
     fused = [(7, 0), (3, 1, 0), (7, 0), (3, 1, 0), (8, FUSED, 1, 256, (0, 0, 0, 0, 0, 0, rw, 0), 1)]
-    progs.append(eng.program(fused if r else plain, msgs, fns, (rw, rw, 0), ((eng, dw, dw),),
+    progs.append(eng.program(fused if r else piped, [] if not r else msgs, fns, (rw, rw, 0), ((eng, dw, dw),),
                              ctypes.addressof(state[r]), 0, 10.0, 0, None))
 ran = [0, 0]
 
