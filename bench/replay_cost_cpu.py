@@ -7,7 +7,7 @@ engines are idle while the caller replays; 2 and more, back to back, they work o
 Prints, per k, the median time inside NetProgram.run() and its slope per piece: the replay's own cost, without
 the GPU machine's driver calls.
 
-    python3 bench/replay_cost_cpu.py [--pieces 1,4,16,64] [--lanes 2] [--reps 300] [--depth 1]
+    python3 bench/replay_cost_cpu.py [--pieces 1,4,16,64] [--lanes 2] [--reps 300] [--depth 1] [--form pipe]
 """
 from __future__ import annotations
 
@@ -65,13 +65,16 @@ def stubs() -> tuple:
     return lib, tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names)
 
 
-def program(engs, peer: int, k: int, lanes: int, fns: tuple, words, state, stage: np.ndarray):
+def program(engs, peer: int, k: int, lanes: int, fns: tuple, words, state, stage: np.ndarray, form: str):
     """A piped all_reduce step of k equal pieces (4 KiB each way per piece) as netstep.StagedNet.step_piped records
-    it: a lane sync, per piece a kernel token and a post of its send and receive to lane i mod L, the kernel."""
+    it: a lane sync, the pieces, the kernel; ``form`` "pipe": the pieces as one A_PIPE action (each lane's engine
+    cuts them), "pieces": per piece a kernel token and a post of its send and receive to lane i mod L."""
     piece = 4096
     send, recv = stage.ctypes.data, stage.ctypes.data + k * piece
     acts, msgs = [(9, min(k, lanes))], []
-    for i in range(k):
+    if form == "pipe":
+        acts.append((10, k, lanes, peer, send, k, piece, k * piece, peer, recv, k, piece, k * piece))
+    for i in range(k if form == "pieces" else 0):
         acts += [(7, 0), (3, 2, i % lanes)]
         msgs += [(0, peer, send + i * piece, piece), (1, peer, recv + i * piece, piece)]
     wa = ctypes.addressof(words)
@@ -87,6 +90,8 @@ def main() -> int:
     ap.add_argument("--lanes", type=int, default=2)
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--depth", type=int, default=1, help="replays in flight per rank")
+    ap.add_argument("--form", choices=("pipe", "pieces"), default="pipe",
+                    help="the piped step as one A_PIPE action (this branch's replays) or a post per piece")
     a = ap.parse_args()
     from engine_pair import engine_pair
     from hpccl.transport.engine import _ne as ne
@@ -101,7 +106,8 @@ def main() -> int:
     try:
         for k in (int(x) for x in a.pieces.split(",")):
             stage = [np.zeros(2 * k * 4096, np.uint8) for _ in range(2)]
-            progs = [program(engs[r], 1 - r, k, a.lanes, fns, words[r], states[r], stage[r]) for r in range(2)]
+            progs = [program(engs[r], 1 - r, k, a.lanes, fns, words[r], states[r], stage[r], a.form)
+                     for r in range(2)]
             times: list = [[], []]
 
             def run(r: int) -> None:
