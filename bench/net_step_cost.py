@@ -22,6 +22,8 @@ from hpccl.gpu.netreplay import NetReplays
 ap = argparse.ArgumentParser()
 ap.add_argument("--json")
 ap.add_argument("--iters", type=int, default=30)
+ap.add_argument("--sizes", default="8,1024,65536,1048576,16777216,67108864",
+                help="message sizes in bytes, comma-separated")
 a = ap.parse_args()
 comm = hpccl.init()
 s = cupy.cuda.Stream(non_blocking=True)
@@ -48,7 +50,7 @@ def seen() -> tuple:
 
 
 rows = []
-for nbytes in [8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
+for nbytes in [int(v) for v in a.sizes.split(",")]:
     n = max(1, nbytes // 4)
     x = cupy.ones(n, dtype=cupy.float32)
     for _ in range(3):
