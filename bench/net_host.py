@@ -63,7 +63,7 @@ def ranks(args: argparse.Namespace) -> int:
         assert (type(comms[name]._hot).__name__ == "NetHot") == (name == "engine"), name
     rows = []
     for coll in args.colls.split(","):
-        for nbytes in SIZES:
+        for nbytes in [int(v) for v in args.sizes.split(",")]:
             count = max(1, nbytes // 4)
             x = np.full(count, world.rank + 1, np.float32)
             times = {k: [] for k in NAMES + ("mpi",)}
@@ -114,7 +114,7 @@ def launcher(args: argparse.Namespace) -> int:
         extra = ["--json", args.json] if args.json else []
         p = run_on_hosts(h, args.hosts, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps),
                                            "--iters", str(args.iters), "--paths", args.paths,
-                                           "--colls", args.colls] + extra,
+                                           "--colls", args.colls, "--sizes", args.sizes] + extra,
                          env={"MPIR_CVAR_NOLOCAL": "1", "HPCCL_CHECK_ENV": "0"}, timeout=1500)
         print(p.stdout, flush=True)
         return p.returncode
@@ -130,6 +130,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=20,
                     help="calls timed back to back per round below 1 MiB (1: one call after a barrier)")
     ap.add_argument("--colls", default=",".join(COLLS))
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="message sizes in bytes, comma-separated")
     ap.add_argument("--paths", default="engine", help=f"hpccl's paths, comma-separated, of {', '.join(PATHS)}")
     ap.add_argument("--json", default="")
     a = ap.parse_args()

@@ -5,7 +5,7 @@
 #   hier   GPU tests at split:2 with 4 ranks (hier: node kernels and network steps)
 #   fail   the timeout tests at split:1 (a replayed call whose peer never comes)
 #   cost   host time per call and GPU time per call (bench/net_step_cost.py) for each of COST_VARIANTS
-#          (default: replays on and off)
+#          (default: replays on and off); COST_ARGS: its flags (--nccl: NCCL's calls timed alike, same job)
 #   perf   hpccl-perf all_reduce vs NCCL sockets (NCCL_HOSTID per rank), the VARIANTS (default: replays on
 #          and off; a variant sets one variable, or several joined by commas) interleaved over ROUNDS
 #          rounds, every result checked
@@ -65,8 +65,8 @@ for stage in ${STAGES:-check cost perf}; do
   cost)
     for v in ${COST_VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
       echo "=== net_step_cost, $v ($(date -u +%T))"
-      timeout 120 $M -x ${v//,/ -x } -n 2 python3 bench/net_step_cost.py \
-        --json "$OUT/cost_$(tag "$v").json" 2>&1 | grep -a -v "share this node" || rc=1
+      timeout 120 $M -x ${v//,/ -x } -n 2 tests/scripts/nccl_hostid.sh python3 bench/net_step_cost.py $COST_ARGS \
+        --json "$OUT/cost_$(tag "$v").json" 2>&1 | grep -a -v "share this node\|NCCL INFO" || rc=1
     done ;;
   node)
     for round in $(seq ${ROUNDS:-2}); do

@@ -22,6 +22,9 @@ from hpccl.gpu.netreplay import NetReplays
 ap = argparse.ArgumentParser()
 ap.add_argument("--json")
 ap.add_argument("--iters", type=int, default=30)
+ap.add_argument("--nccl", action="store_true",
+                help="also time NCCL's calls the same way (cupy.cuda.nccl; run under tests/scripts/nccl_hostid.sh "
+                     "so NCCL takes its network transport)")
 ap.add_argument("--sizes", default="8,1024,65536,1048576,16777216,67108864",
                 help="message sizes in bytes, comma-separated")
 a = ap.parse_args()
@@ -47,6 +50,45 @@ def seen() -> tuple:
     counters; the communicator's GPU side exists from its first GPU call)."""
     net = getattr(getattr(getattr(comm, "_dev", None), "prim", None), "net", None)
     return (net.steps, net.fused, net.piped) if net is not None else (0, 0, 0)
+
+
+
+
+def expected() -> float:
+    """The value of every element after 3 + 2 x iters sums of ones (float32: inf once it overflows, as on the GPU)."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(comm.size) ** np.float32(3 + 2 * a.iters))
+
+
+def nccl_cost(x) -> dict:
+    """NCCL's all_reduce on a copy of ``x`` timed as hpccl's is above: each call after a stream sync, then
+    back to back (the same sum, so the result is checked too)."""
+    from hpccl.cli.nccl_baseline import nccl_comm, nccl_launch
+    nc = nccl_comm()
+    y = cupy.ones_like(x)
+    for _ in range(3):
+        nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)
+    s.synchronize()
+    host = []
+    for _ in range(a.iters):
+        t0 = time.perf_counter()
+        nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)
+        host.append(time.perf_counter() - t0)
+        s.synchronize()
+    e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
+    e0.record(s)
+    t0 = time.perf_counter()
+    for _ in range(a.iters):
+        nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)
+    b2b_us = (time.perf_counter() - t0) * 1e6 / a.iters
+    e1.record(s)
+    e1.synchronize()
+    ok = bool(float(y[0]) == expected())
+    if not ok:
+        raise SystemExit(f"rank {comm.rank}: NCCL's all_reduce of {x.nbytes} bytes gave {float(y[0])}")
+    return {"nccl_host_us_median": statistics.median(host) * 1e6, "nccl_host_us_max": max(host) * 1e6,
+            "nccl_host_us_back_to_back": b2b_us,
+            "nccl_gpu_us_per_call": cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters}
 
 
 rows = []
@@ -77,12 +119,18 @@ for nbytes in [int(v) for v in a.sizes.split(",")]:
     e1.synchronize()
     gpu_us = cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters
     comm.synchronize()
-    ok = bool(float(x[0]) == float(comm.size) ** (3 + 2 * a.iters))  # every call multiplied it by size
+    ok = bool(float(x[0]) == expected())  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
            "host_us_back_to_back": b2b_us,
            "gpu_us_per_call": gpu_us, "ok": ok, "python_steps_per_call": per[0], "fused_per_call": per[1],
            "piped_per_call": per[2], "replay_c_us_median": in_c}
+    if a.nccl:
+        row.update(nccl_cost(x))
     rows.append(row)
+    if comm.rank == 0 and a.nccl:
+        print(f"{nbytes:>10} B  NCCL host {row['nccl_host_us_median']:8.1f} us (max {row['nccl_host_us_max']:8.1f}, "
+              f"back to back {row['nccl_host_us_back_to_back']:6.1f})  gpu {row['nccl_gpu_us_per_call']:10.1f} us/call",
+              flush=True)
     if comm.rank == 0:
         print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f}, back to back {b2b_us:6.1f})  "
               f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}  python steps/call {per[0]:.1f} "
