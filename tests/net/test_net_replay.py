@@ -325,6 +325,35 @@ def test_a_kernel_that_gave_up_on_the_engine_is_the_next_calls_error(pair):
     assert isinstance(err, HpcclSystemError) and "gave up" in str(err) and "7s" in str(err)
 
 
+def test_an_eager_step_behind_a_held_engine_ends_once_it_is_let_go(lanes):
+    """The eager path (a stream wait per slice, no limit of its own) on two lanes while rank 0's engines are
+    held (Engine.hold) and rank 1's step times out (HPCCL_TIMEOUT 0.5 s here) and its engines are aborted, as
+    a failed rank's are: once rank 0's engines are let go, each ends its batches (ok, or failed within its
+    timeout) and writes every done word, so rank 0's stream drains (the GPU run of this case stayed blocked;
+    docs/GPU.md)."""
+    engs, gpus = lanes
+    nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
+    for n in nets:
+        n.timeout = 0.5
+    count = 2600  # 10400 bytes: 3 slices over lanes 0, 1, 0
+    xs = [np.ones(count, np.float32) for _ in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    for e in engs[0]:
+        e.hold(3)
+    t0 = time.monotonic()
+    for r in range(2):
+        _all_reduce(nets[r], gpus[r], r, xs[r], ys[r], "all_reduce #1")
+    gpus[1].drain(5)  # rank 1: its step timed out, its done words written
+    assert any(e.error() is not None for e in engs[1])
+    for e in engs[1]:
+        e.abort(1)
+    assert nets[0].pending() and time.monotonic() - t0 < 3
+    gpus[0].drain(10)
+    took = time.monotonic() - t0
+    assert not gpus[0].failed and not nets[0].pending(), gpus[0].failed
+    assert 3 < took < 6, took  # a lane whose peer's messages had all come ends ok, the others fail
+
+
 def test_closing_behind_a_stopped_engine_keeps_its_memory(pair, monkeypatch):
     """A communicator closed while a step is still behind (its engine stopped: a kernel gave up on it) keeps
     the words and staging that engine may yet write until the process ends (netstep.ORPHANS), where a
