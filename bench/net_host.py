@@ -53,8 +53,8 @@ def ranks(args: argparse.Namespace) -> int:
     world = MPI.COMM_WORLD
     n = world.size
     comms = {}
-    NAMES = tuple(args.paths.split(","))
-    for name in NAMES:
+    names = tuple(args.paths.split(","))
+    for name in names:
         os.environ["HPCCL_NET"] = name.split("-")[0]  # read when the communicator picks its network transport
         os.environ["HPCCL_NET_HOT_SIZE"] = "0" if name == "engine-py" else str(256 << 10)  # and its compiled path
         comms[name] = hpccl.Communicator(world.Dup())
@@ -66,15 +66,15 @@ def ranks(args: argparse.Namespace) -> int:
         for nbytes in [int(v) for v in args.sizes.split(",")]:
             count = max(1, nbytes // 4)
             x = np.full(count, world.rank + 1, np.float32)
-            times = {k: [] for k in NAMES + ("mpi",)}
+            times = {k: [] for k in names + ("mpi",)}
             reps = args.reps if nbytes < (16 << 20) else max(3, args.reps // 3)
             iters = args.iters if nbytes < (1 << 20) else 1  # back to back: the barrier's skew amortised
             # each library's output buffer made once and refilled before every call (a stale result still
             # fails the check; its pages are touched before the timed call, as a reused buffer's are)
             outs = {name: np.empty(count * n if coll == "all_gather" else count, np.float32)
-                    for name in NAMES + ("mpi",)}
+                    for name in names + ("mpi",)}
             for _ in range(reps + 1):  # the first round warms up and is dropped
-                for name in NAMES + ("mpi",):
+                for name in names + ("mpi",):
                     y = outs[name]
                     y.fill(1 if coll == "broadcast" and world.rank == 0 else -1)
                     world.Barrier()
@@ -95,11 +95,11 @@ def ranks(args: argparse.Namespace) -> int:
             rows.append({"coll": coll, "bytes": nbytes, **{f"{k}_s": v for k, v in med.items()}})
             if world.rank == 0:
                 r = rows[-1]
-                print(f"{coll:>11} {nbytes:>10}" + "".join(f"  {k} {r[k + '_s'] * 1e6:>7.0f}us" for k in NAMES)
+                print(f"{coll:>11} {nbytes:>10}" + "".join(f"  {k} {r[k + '_s'] * 1e6:>7.0f}us" for k in names)
                       + f"  MPI {r['mpi_s'] * 1e6:>7.0f}us" + "".join(f"  {k}/MPI {r[k + '_s'] / r['mpi_s']:5.2f}"
-                                                                   for k in NAMES), flush=True)
+                                                                   for k in names), flush=True)
     if world.rank == 0 and args.json:
-        Path(args.json).write_text(json.dumps({"ranks": n, "paths": list(NAMES), "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"ranks": n, "paths": list(names), "rows": rows}, indent=1))
     for c in comms.values():
         c.destroy()
     return 0
