@@ -107,19 +107,11 @@ def ranks(args: argparse.Namespace) -> int:
 
 def launcher(args: argparse.Namespace) -> int:
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "net")]
-    from nethosts import Hosts, ensure_iproute2, run_on_hosts
-    ensure_iproute2()
-    h = Hosts(args.hosts).create()
-    try:
-        extra = ["--json", args.json] if args.json else []
-        p = run_on_hosts(h, args.hosts, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps),
-                                           "--iters", str(args.iters), "--paths", args.paths,
-                                           "--colls", args.colls, "--sizes", args.sizes] + extra,
-                         env={"MPIR_CVAR_NOLOCAL": "1", "HPCCL_CHECK_ENV": "0"}, timeout=1500)
-        print(p.stdout, flush=True)
-        return p.returncode
-    finally:
-        h.destroy()
+    from nethosts import bench_on_hosts
+    return bench_on_hosts(__file__, args.hosts, ["--reps", str(args.reps), "--iters", str(args.iters), "--paths",
+                                                 args.paths, "--colls", args.colls, "--sizes", args.sizes]
+                          + (["--json", args.json] if args.json else []), env={"HPCCL_CHECK_ENV": "0"},
+                          timeout=1500)
 
 
 def main() -> int:

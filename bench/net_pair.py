@@ -82,18 +82,9 @@ def ranks(args: argparse.Namespace) -> int:
 
 def launcher(args: argparse.Namespace) -> int:
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "net")]
-    from nethosts import Hosts, ensure_iproute2, run_on_hosts
-    ensure_iproute2()
-    h = Hosts(2).create()
-    try:
-        extra = ["--json", args.json] if args.json else []
-        p = run_on_hosts(h, 2, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps),
-                                   "--sizes", args.sizes] + extra,
-                         env={"MPIR_CVAR_NOLOCAL": "1", "HPCCL_CHECK_ENV": "0"}, timeout=1200)
-        print(p.stdout, flush=True)
-        return p.returncode
-    finally:
-        h.destroy()
+    from nethosts import bench_on_hosts
+    return bench_on_hosts(__file__, 2, ["--reps", str(args.reps), "--sizes", args.sizes]
+                          + (["--json", args.json] if args.json else []), env={"HPCCL_CHECK_ENV": "0"})
 
 
 def main() -> int:

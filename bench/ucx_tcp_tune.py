@@ -70,17 +70,9 @@ def ranks(args: argparse.Namespace) -> int:
 
 def launcher(args: argparse.Namespace) -> int:
     sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "net")]
-    from nethosts import Hosts, ensure_iproute2, run_on_hosts
-    ensure_iproute2()
-    h = Hosts(args.hosts).create()
-    try:
-        extra = ["--json", args.json] if args.json else []
-        p = run_on_hosts(h, args.hosts, 1, [str(Path(__file__).resolve()), "--ranks", "--reps", str(args.reps)]
-                         + extra, env={"MPIR_CVAR_NOLOCAL": "1"}, timeout=900)
-        print(p.stdout, flush=True)
-        return p.returncode
-    finally:
-        h.destroy()
+    from nethosts import bench_on_hosts
+    return bench_on_hosts(__file__, args.hosts, ["--reps", str(args.reps)]
+                          + (["--json", args.json] if args.json else []), timeout=900)
 
 
 def main() -> int:

@@ -165,6 +165,21 @@ def run_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str],
                           text=True, timeout=timeout)
 
 
+def bench_on_hosts(script: str, nhosts: int, args: List[str], env: Optional[Dict[str, str]] = None,
+                   timeout: float = 1200) -> int:
+    """A benchmark script run again as one rank per host on ``nhosts`` fresh hosts (with ``--ranks`` and
+    ``args``), MPICH kept off shared memory (MPIR_CVAR_NOLOCAL=1); its output printed, its exit code back."""
+    ensure_iproute2()
+    h = Hosts(nhosts).create()
+    try:
+        p = run_on_hosts(h, nhosts, 1, [str(Path(script).resolve()), "--ranks"] + args,
+                         env={"MPIR_CVAR_NOLOCAL": "1", **(env or {})}, timeout=timeout)
+        print(p.stdout, flush=True)
+        return p.returncode
+    finally:
+        h.destroy()
+
+
 def start_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str], store_dir,
                    env: Optional[Dict[str, str]] = None, unset: Sequence[str] = ()) -> List[subprocess.Popen]:
     """``python args...`` as nranks plain processes (no MPI launcher, so none tears the survivors down when
