@@ -52,72 +52,72 @@ def seen() -> tuple:
     return (net.steps, net.fused, net.piped) if net is not None else (0, 0, 0)
 
 
-
-
 def expected() -> float:
     """The value of every element after 3 + 2 x iters sums of ones (float32: inf once it overflows, as on the GPU)."""
     with np.errstate(over="ignore"):
         return float(np.float32(comm.size) ** np.float32(3 + 2 * a.iters))
 
 
-def nccl_cost(x) -> dict:
-    """NCCL's all_reduce on a copy of ``x`` timed as hpccl's is above: each call after a stream sync, then
-    back to back (the same sum, so the result is checked too)."""
-    from hpccl.cli.nccl_baseline import nccl_comm, nccl_launch
-    nc = nccl_comm()
-    y = cupy.ones_like(x)
+def warm(call) -> None:
+    """Three calls, then the stream synchronized."""
     for _ in range(3):
-        nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)
+        call()
     s.synchronize()
+
+
+def after_sync(call) -> list:
+    """Seconds of each of --iters calls, each made after the stream was synchronized."""
     host = []
     for _ in range(a.iters):
         t0 = time.perf_counter()
-        nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)
+        call()
         host.append(time.perf_counter() - t0)
         s.synchronize()
+    return host
+
+
+def back_to_back(call) -> tuple:
+    """(host us per call, GPU us per call, event-timed) over --iters calls enqueued back to back."""
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
     e0.record(s)
     t0 = time.perf_counter()
     for _ in range(a.iters):
-        nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)
+        call()
     b2b_us = (time.perf_counter() - t0) * 1e6 / a.iters
     e1.record(s)
     e1.synchronize()
-    ok = bool(float(y[0]) == expected())
-    if not ok:
+    return b2b_us, cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters
+
+
+def nccl_cost(x) -> dict:
+    """NCCL's all_reduce on a copy of ``x`` timed as hpccl's is: each call after a stream sync, then back to
+    back (the same sum, so the result is checked too)."""
+    from hpccl.cli.nccl_baseline import nccl_comm, nccl_launch
+    nc = nccl_comm()
+    y = cupy.ones_like(x)
+    call = lambda: nccl_launch(nc, "all_reduce", y.data.ptr, y.data.ptr, y.size, "float32", s.ptr)  # noqa: E731
+    warm(call)
+    host = after_sync(call)
+    b2b_us, gpu_us = back_to_back(call)
+    if float(y[0]) != expected():
         raise SystemExit(f"rank {comm.rank}: NCCL's all_reduce of {x.nbytes} bytes gave {float(y[0])}")
     return {"nccl_host_us_median": statistics.median(host) * 1e6, "nccl_host_us_max": max(host) * 1e6,
-            "nccl_host_us_back_to_back": b2b_us,
-            "nccl_gpu_us_per_call": cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters}
+            "nccl_host_us_back_to_back": b2b_us, "nccl_gpu_us_per_call": gpu_us}
 
 
 rows = []
 for nbytes in [int(v) for v in a.sizes.split(",")]:
     n = max(1, nbytes // 4)
     x = cupy.ones(n, dtype=cupy.float32)
-    for _ in range(3):
-        comm.all_reduce(x, stream=s)
-    s.synchronize()
-    host = []
+    call = lambda: comm.all_reduce(x, stream=s)  # noqa: E731
+    warm(call)
     fired.clear()
     before = seen()
-    for _ in range(a.iters):
-        t0 = time.perf_counter()
-        comm.all_reduce(x, stream=s)
-        host.append(time.perf_counter() - t0)
-        s.synchronize()
+    host = after_sync(call)
     # network steps per call enqueued through Python (replayed calls add none), fused and piped among them
     per = [(y - x) / a.iters for x, y in zip(before, seen())]
     in_c = statistics.median(fired) * 1e6 if fired else 0.0
-    e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
-    e0.record(s)
-    t0 = time.perf_counter()
-    for _ in range(a.iters):
-        comm.all_reduce(x, stream=s)
-    b2b_us = (time.perf_counter() - t0) * 1e6 / a.iters
-    e1.record(s)
-    e1.synchronize()
-    gpu_us = cupy.cuda.get_elapsed_time(e0, e1) * 1e3 / a.iters
+    b2b_us, gpu_us = back_to_back(call)
     comm.synchronize()
     ok = bool(float(x[0]) == expected())  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
