@@ -357,6 +357,24 @@ static void worker_flush(engine_t *e, double seconds) {
 
 /* stop the thread, end what is left (failed, done words written), close endpoints, worker and context;
    once (later calls return at once) */
+/* close every endpoint (forced: whatever UCX still holds on it ends, with an error, through its callback) */
+static void close_eps(engine_t *self) {
+  for (int p = 0; p < self->size; p++) {
+    if (!self->eps || !self->eps[p]) continue;
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof prm);
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(self->eps[p], &prm);
+    if (r && !UCS_PTR_IS_ERR(r)) {
+      double end = now_s() + 0.5;
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < end) ucp_worker_progress(self->worker);
+      ucp_request_free(r);
+    }
+    self->eps[p] = NULL;
+  }
+}
+
 void engine_close(engine_t *self) {
   if (atomic_exchange(&self->closed, 1)) return;
   int healthy = !atomic_load(&self->aborting) && atomic_load(&self->dead_rank) < 0;
@@ -385,8 +403,13 @@ void engine_close(engine_t *self) {
       for (int k = 0; k < b->nops; k++) if (b->ops[k].req) ucp_request_cancel(self->worker, b->ops[k].req);
     }
     for (int i = 0; i < 100 && self->nactive; i++) { ucp_worker_progress(self->worker); finalize(self); }
+    if (self->nactive) {  /* sends UCX cannot cancel: closing their endpoints ends them, while their batches live */
+      close_eps(self);
+      for (int i = 0; i < 100 && self->nactive; i++) { ucp_worker_progress(self->worker); finalize(self); }
+    }
     for (int i = 0; i < self->nactive; i++) {  /* UCX never ended these: mark them, leak their requests */
       batch_t *b = self->active[i];
+      atomic_fetch_add(&b->refs, 1);  /* and the batch: a late callback must not find it reused or freed */
       for (int k = 0; k < b->nops; k++) if (!b->ops[k].done) { b->ops[k].req = NULL; op_end(&b->ops[k], UCS_ERR_CANCELED, 0); }
     }
     finalize(self);
@@ -395,20 +418,7 @@ void engine_close(engine_t *self) {
     pthread_mutex_unlock(&self->wlock);
   }
   if (self->worker) {
-    for (int p = 0; p < self->size; p++) {
-      if (!self->eps || !self->eps[p]) continue;
-      ucp_request_param_t prm;
-      memset(&prm, 0, sizeof prm);
-      prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      prm.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(self->eps[p], &prm);
-      if (r && !UCS_PTR_IS_ERR(r)) {
-        double end = now_s() + 0.5;
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < end) ucp_worker_progress(self->worker);
-        ucp_request_free(r);
-      }
-      self->eps[p] = NULL;
-    }
+    close_eps(self);
     ucp_worker_destroy(self->worker);
     self->worker = NULL;
   }

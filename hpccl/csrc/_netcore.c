@@ -276,6 +276,7 @@ static void activate(engine_t *e, batch_t *b) {
   b->eng = e;
   b->left = b->nops;
   b->finished = b->nops == 0;
+  b->released = b->fdone = 0;
   b->unsent = 0;
   if (!b->t0) b->t0 = now_s();
   atomic_store(&b->state, B_ACTIVE);
@@ -302,17 +303,20 @@ static void activate(engine_t *e, batch_t *b) {
   post_all(e, b);
 }
 
-static void end_batch(engine_t *e, batch_t *b) {
-  int failed = b->ecode != 0;
-  if (failed && b->bkind != BK_OP) {
-    pthread_mutex_lock(&e->elock);
-    if (!e->first_ecode) {
-      e->first_ecode = b->ecode;
-      e->first_epeer = b->epeer;
-      snprintf(e->first_err, sizeof e->first_err, "%s: %s", b->label[0] ? b->label : "network step", b->err);
-    }
-    pthread_mutex_unlock(&e->elock);
+/* a failed engine-owned batch's error becomes the engine's first, raised by the communicator's next call */
+static void publish_error(engine_t *e, batch_t *b) {
+  if (!b->ecode || b->bkind == BK_OP) return;
+  pthread_mutex_lock(&e->elock);
+  if (!e->first_ecode) {
+    e->first_ecode = b->ecode;
+    e->first_epeer = b->epeer;
+    snprintf(e->first_err, sizeof e->first_err, "%s: %s", b->label[0] ? b->label : "network step", b->err);
   }
+  pthread_mutex_unlock(&e->elock);
+}
+
+static void end_batch(engine_t *e, batch_t *b) {
+  publish_error(e, b);
   for (int i = 0; i < b->nops; i++) b->ops[i].req = NULL;
   e->batches_done++;
 }
@@ -329,11 +333,47 @@ static void write_done(batch_t *b, int failed) {
   if (b->done) __atomic_store_n(b->done, b->done_val, __ATOMIC_RELEASE);
 }
 
+/* whether every op of a failed batch that has not ended is a posted send: UCX cannot cancel a send, and a
+   rendezvous send whose receiver gave up (or never comes) stays in flight until the endpoint closes */
+static int only_sends_left(const batch_t *b) {
+  for (int k = 0; k < b->nops; k++) {
+    const op_t *o = &b->ops[k];
+    if (!o->done && !(o->kind == K_SEND && o->posted && o->req)) return 0;
+  }
+  return 1;
+}
+
+/* a failed batch left with sends UCX cannot cancel ends for its waiters now: its done word is written (in
+   its FIFO turn when ordered) and its error published, while it stays active, holding an extra reference,
+   until UCX ends those sends (the peer takes them, or engine_close closes the endpoints). Only sends are
+   left, so nothing writes its memory; they may still read it: only steps over memory hpccl owns (staged and
+   template batches: StagedNet.close keeps it while an engine is lingering) are released, never an Op over a
+   caller's buffer. A template's state stays active, so no replay reuses its ops before they end. */
+static void release(engine_t *e, batch_t *b) {
+  b->released = 1;
+  atomic_fetch_add(&b->refs, 1);
+  atomic_fetch_add(&e->lingering, 1);
+  publish_error(e, b);
+  if (b->bkind == BK_TEMPLATE) {
+    write_done(b, 1);
+  } else if (!b->ordered) {
+    atomic_store(&b->state, B_FAILED);
+    write_done(b, 1);
+    batch_unref(b);
+  } else {
+    b->fdone = 1;
+  }
+}
+
 int finalize(engine_t *e) {
   int n = 0;
   for (int i = 0; i < e->nactive;) {
     batch_t *b = e->active[i];
-    if (!b->finished) { i++; continue; }
+    if (!b->finished) {
+      if (b->ecode && !b->released && b->bkind != BK_OP && only_sends_left(b)) { release(e, b); n++; }
+      i++;
+      continue;
+    }
     for (int k = 0; k < b->nops; k++)
       if (b->ops[k].req) { ucp_request_free(b->ops[k].req); b->ops[k].req = NULL; }
     for (int k = 0; k < b->nops; k++)
@@ -341,16 +381,20 @@ int finalize(engine_t *e) {
     e->active[i] = e->active[--e->nactive];
     end_batch(e, b);
     n++;
-    if (!b->ordered) {
+    if (b->released) {  /* its waiters were answered when it was released */
+      atomic_fetch_sub(&e->lingering, 1);
+      if (b->bkind == BK_TEMPLATE) atomic_store(&b->state, B_FAILED);
+      batch_unref(b);
+    } else if (!b->ordered) {
       int failed = b->ecode != 0;
       atomic_store(&b->state, failed ? B_FAILED : B_DONE);
       write_done(b, failed);
       if (b->bkind != BK_TEMPLATE) batch_unref(b);
     } else {
-      b->finished = 2;  /* waits for its turn in the FIFO */
+      b->fdone = 1;  /* waits for its turn in the FIFO */
     }
   }
-  while (e->fhead < e->ftail && e->fifo[e->fhead]->finished == 2) {
+  while (e->fhead < e->ftail && e->fifo[e->fhead]->fdone) {
     batch_t *b = e->fifo[e->fhead++];
     int failed = b->ecode != 0;
     atomic_store(&b->state, failed ? B_FAILED : B_DONE);

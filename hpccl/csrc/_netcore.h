@@ -95,6 +95,9 @@ struct batch {
   volatile uint32_t *arm;    /* set to 1 by the graph at each replay; the engine clears it and reposts */
   batch_t *anext;            /* the queue of templates to hold (qlock) */
   int finished;              /* engine thread: every op ended */
+  int released;              /* engine thread: failed, its done word given back while UCX still holds sends
+                                it cannot cancel (the batch stays active, and referenced, until they end) */
+  int fdone;                 /* engine thread: an ordered batch whose done word may be written in its turn */
   int isctrl;                /* a control message: an abort does not cancel it (it may carry the abort) */
   /* last, so a reused batch clears only what comes before err (batch_staged) */
   char err[256];
@@ -170,6 +173,7 @@ typedef struct engine {
   atomic_int closed;
   _Atomic double hold_until; /* fault injection (Engine.hold): the thread does nothing until then */
   uint64_t batches_done, bytes_sent, bytes_recv;
+  atomic_int lingering;      /* released batches whose sends UCX still holds (may still read their memory) */
 } engine_t;
 
 /* why a call of _netcalls.c failed; the binding raises the matching exception */

@@ -475,6 +475,11 @@ static PyObject *Engine_staged_made(Engine *self, void *c) {
   return PyLong_FromUnsignedLongLong(self->core.staged_made);
 }
 
+static PyObject *Engine_lingering(Engine *self, void *c) {
+  (void)c;
+  return PyLong_FromLong(atomic_load(&self->core.lingering));
+}
+
 static PyObject *Engine_hold(Engine *self, PyObject *args) {
   double secs;
   if (!PyArg_ParseTuple(args, "d", &secs)) return NULL;
@@ -519,6 +524,8 @@ static PyGetSetDef Engine_getset[] = {
   {"rank", (getter)Engine_rank, NULL, "rank", NULL},
   {"staged_made", (getter)Engine_staged_made, NULL, "staged batches of up to 4 messages allocated so far (the "
    "rest were reused from this engine's spares)", NULL},
+  {"lingering", (getter)Engine_lingering, NULL, "failed steps already answered whose sends UCX still holds (it "
+   "cannot cancel a send): their memory may still be read until the peer takes them or the engine closes", NULL},
   {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "
    "Python's calls and by NetHot's)", NULL},
   {NULL, NULL, NULL, NULL, NULL}};

@@ -515,7 +515,8 @@ class StagedNet:
     def close(self) -> None:
         """After the engine's last step ended (the caller synchronized the device or the engine closed). An
         engine that stopped (a kernel gave up on it, or a step is still behind) may yet write its steps' done
-        words and staging when it is closed: their memory is then kept until the process ends, not freed."""
+        words and staging when it is closed, and a failed step's sends UCX could not cancel (``lingering``)
+        may yet read its staging: their memory is then kept until the process ends, not freed."""
         for t in self._graph:
             if not isinstance(t, _Pinned):
                 t.retire()  # the engine stops reading its arm word before the word's memory is freed
@@ -524,7 +525,7 @@ class StagedNet:
             ORPHANS.adopt(self._armed, graph)
             graph = []
         mem = [p for p in [self._words, self._stage, *self._old, *graph] if p is not None]
-        if self.pending() or self.gave_up():
+        if self.pending() or self.gave_up() or any(e.lingering for e in self.engs):
             ORPHANS.keep(mem)
         else:
             for p in mem:

@@ -207,7 +207,7 @@ class Mem:
     rec = None
 
 
-def _net(engs, gpu: Gpu, slice_bytes: int):
+def _net(engs, gpu: Gpu, slice_bytes: int, area: int = 1 << 20):
     n = object.__new__(netstep.StagedNet)
     n.driver, n.eng, n.gate, n.timeout, n.slice = gpu, engs[0], None, 15.0, slice_bytes
     n.engs = list(engs)
@@ -223,7 +223,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int):
     n._graph, n._gwords, n._gword_next, n._armed = [], None, netstep._WORDS, []
     n.fused_size = 16 << 10
     n.kernel_limit, n.stuck_h, n._cstuck = 7_000_000_000, n.ready_h + 48, {}
-    area = Area(1 << 20)
+    area = Area(area)
     n._stage = area
     n.staging = lambda total: area
     return n
@@ -325,17 +325,19 @@ def test_a_kernel_that_gave_up_on_the_engine_is_the_next_calls_error(pair):
     assert isinstance(err, HpcclSystemError) and "gave up" in str(err) and "7s" in str(err)
 
 
-def test_an_eager_step_behind_a_held_engine_ends_once_it_is_let_go(lanes):
+@pytest.mark.parametrize("count,slice_bytes", [(2600, 4096), (3 << 18, 1 << 20)], ids=["eager", "rendezvous"])
+def test_an_eager_step_behind_a_held_engine_ends_once_it_is_let_go(lanes, count, slice_bytes):
     """The eager path (a stream wait per slice, no limit of its own) on two lanes while rank 0's engines are
     held (Engine.hold) and rank 1's step times out (HPCCL_TIMEOUT 0.5 s here) and its engines are aborted, as
     a failed rank's are: once rank 0's engines are let go, each ends its batches (ok, or failed within its
-    timeout) and writes every done word, so rank 0's stream drains (the GPU run of this case stayed blocked;
-    docs/GPU.md)."""
+    timeout) and writes every done word, so rank 0's stream drains. With 1 MiB slices UCX sends by
+    rendezvous, and a send whose receiver gave up can never be cancelled: a failed step left with only such
+    sends answers its stream at once (``lingering`` counts it until the endpoint closes); before that, the
+    GPU run of this case stayed blocked (docs/GPU.md)."""
     engs, gpus = lanes
-    nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
+    nets = [_net(e, g, slice_bytes, area=8 << 20) for e, g in zip(engs, gpus)]
     for n in nets:
         n.timeout = 0.5
-    count = 2600  # 10400 bytes: 3 slices over lanes 0, 1, 0
     xs = [np.ones(count, np.float32) for _ in range(2)]
     ys = [np.zeros(count, np.float32) for _ in range(2)]
     for e in engs[0]:
@@ -352,6 +354,21 @@ def test_an_eager_step_behind_a_held_engine_ends_once_it_is_let_go(lanes):
     took = time.monotonic() - t0
     assert not gpus[0].failed and not nets[0].pending(), gpus[0].failed
     assert 3 < took < 6, took  # a lane whose peer's messages had all come ends ok, the others fail
+    big = slice_bytes > 64 << 10
+    # rank 0's sends went out after rank 1 cancelled its receives: held by UCX on the rendezvous path only
+    assert (sum(e.lingering for e in engs[0]) > 0) == big
+    if big:
+        nets[0]._old, nets[0]._join_ev = [], 0
+        kept: list = []
+        netstep.ORPHANS.keep, keep = kept.extend, netstep.ORPHANS.keep
+        try:
+            nets[0].close()  # the staging those sends may still read is kept, not freed
+        finally:
+            netstep.ORPHANS.keep = keep
+        assert nets[0]._stage is None and len(kept) == 2  # the words and the staging area
+    for e in engs[0]:
+        e.close()  # closing the endpoints ends the sends (their batches still alive: no late callback)
+        assert e.lingering == 0
 
 
 def test_closing_behind_a_stopped_engine_keeps_its_memory(pair, monkeypatch):
