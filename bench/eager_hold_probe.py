@@ -8,8 +8,11 @@ Each rank warms up with the default HPCCL_TIMEOUT (the first GPU call's set-up o
 makes a communicator with --timeout and HPCCL_NET_PIPE=0, holds rank 0's engines for --hold seconds, and
 enqueues one all_reduce of --mib MiB between two events on its stream. A thread prints every 0.5 s, per rank:
 whether each event has passed (cudaEventQuery, never blocking), the ready word and tokens handed out, each
-lane's done word against the last value handed out, the stuck word, the engines' loop rounds and errors.
-The main thread never blocks on the GPU: after --wait seconds it prints the last state and exits."""
+lane's done word against the last value handed out, the stuck word, the engines' loop rounds, errors and
+failed steps whose sends UCX still holds (lingering).
+The main thread never blocks on the GPU: it says when the stream passed the call, and after --wait seconds
+(every rank stays that long: one that left would close its endpoints and end its peer's sends) it prints the
+last state and exits."""
 from __future__ import annotations
 
 import argparse
@@ -54,7 +57,8 @@ def state(tag: str) -> str:
             f"ready {word(net.ready_h)} tok {net.st.tok} done {[word(h) for h, _d in net.dones]} "
             f"val {list(net.st.val)[:len(net.engs)]} stuck {word(net.stuck_h)} steps {net.steps} "
             f"rounds {[e.beats if hasattr(e, 'beats') else '?' for e in net.engs]} "
-            f"errors {[bool(e.error()) for e in net.engs]}")
+            f"errors {[bool(e.error()) for e in net.engs]} "
+            f"lingering {[getattr(e, 'lingering', '?') for e in net.engs]}")
 
 
 def watch() -> None:
@@ -78,7 +82,11 @@ with s:
         print(f"[rank {comm.rank}] the call raised: {exc}"[:300], flush=True)
     e1.record(s)
 end = time.monotonic() + a.wait
-while time.monotonic() < end and not e1.done:
+passed = False
+while time.monotonic() < end:  # every rank stays the whole time: a rank that left would close its endpoints
+    if e1.done and not passed:
+        passed = True
+        print(state("passed"), flush=True)
     time.sleep(0.1)
 print(state("end"), flush=True)
 os._exit(0)  # no destroy: a blocked stream would hold it

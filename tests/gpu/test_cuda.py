@@ -624,7 +624,22 @@ def test_host_memory_fallback(world, monkeypatch):
 
 
 
-def test_replayed_call_timeout_names_the_peer(monkeypatch):
+@pytest.fixture(scope="module")
+def warm_gpu():
+    """One GPU call across the world with the default HPCCL_TIMEOUT, before tests that shorten it: a process's
+    first GPU call loads hpccl's kernels (on a freshly started machine under MPS that outlasted a 2 s timeout:
+    the first such test then timed out in its set-up, not in the step it tests)."""
+    import cupy
+    import hpccl
+    comm = hpccl.Communicator()
+    try:
+        comm.all_reduce(cupy.ones(16, dtype=cupy.float32))
+        comm.synchronize()
+    finally:
+        end_together(comm)
+
+
+def test_replayed_call_timeout_names_the_peer(warm_gpu, monkeypatch):
     """Across nodes, a call replayed from C (hpccl/csrc/_netreplay.c) whose peer never comes: the step ends at
     HPCCL_TIMEOUT, synchronize() raises HpcclTimeoutError naming the collective and the missing rank, the
     stream is released, and the next call raises at once instead of replaying."""
@@ -664,7 +679,7 @@ def test_replayed_call_timeout_names_the_peer(monkeypatch):
 
 
 @pytest.mark.parametrize("count", [16, 1 << 20])
-def test_kernel_wait_timeout_when_the_engine_stops(monkeypatch, count):
+def test_kernel_wait_timeout_when_the_engine_stops(warm_gpu, monkeypatch, count):
     """The network kernels' backstop (hp_net_wait): across nodes, a small all_reduce (one fused kernel) or a
     4 MiB one (one piped kernel) while rank 0's network engines are held (Engine.hold, fault injection: no
     progress, no timeouts, no done words) for 13 s: rank 0's kernel gives up at 2 x HPCCL_TIMEOUT + 5 s = 7 s,
@@ -705,7 +720,48 @@ def test_kernel_wait_timeout_when_the_engine_stops(monkeypatch, count):
         end_together(comm)
 
 
-def test_timeout_is_reported(monkeypatch):
+def test_eager_step_behind_a_held_engine_fails_once_let_go(warm_gpu, monkeypatch):
+    """The eager path (HPCCL_NET_PIPE=0: copies and cuStreamWaitValue32 waits, no kernel limit) across nodes,
+    4 MiB sent by UCX's rendezvous, while rank 0's engines are held for 3 s (HPCCL_TIMEOUT 1 s): rank 1's step
+    times out with its sends still held by UCX (a send cannot be cancelled) and answers its stream at once;
+    rank 0's, once let go, ends within its own timeout though its sends to rank 1 can never complete. Both
+    streams go on and synchronize() raises. Before the engine released such steps rank 0's stream stayed
+    blocked for good (docs/perf/issue33/backstop/eager_hang/)."""
+    import cupy
+    import hpccl
+    monkeypatch.setenv("HPCCL_TIMEOUT", "1")
+    monkeypatch.setenv("HPCCL_NET_PIPE", "0")
+    comm = hpccl.Communicator()
+    try:
+        comm.all_reduce(cupy.ones(16, dtype=cupy.float32))  # the GPU side is made at the first GPU call
+        comm.synchronize()
+        net = getattr(getattr(comm._dev, "prim", None), "net", None)
+        if net is None or comm.local_size != 1:
+            pytest.skip("the eager network path runs with one rank per node (HPCCL_NODE_ID=split:1); this "
+                        f"layout has {comm.num_nodes} node(s), {comm.local_size} rank(s) per node")
+        x = cupy.ones(1 << 20, dtype=cupy.float32)
+        s = cupy.cuda.Stream(non_blocking=True)
+        steps, piped = net.steps, net.piped
+        if comm.rank == 0:
+            for e in net.engs:
+                e.hold(3)
+        t0 = time.monotonic()
+        with pytest.raises(HpcclError) as info:
+            comm.all_reduce(x, stream=s)
+            comm.synchronize()
+        s.synchronize()  # released
+        took = time.monotonic() - t0
+        assert net.steps > steps and net.piped == piped
+        if comm.rank == 0:
+            assert 2.9 < took < 8, took  # ended once let go, within its own timeout
+        else:
+            assert took < 2.9, took  # answered at its timeout, not when rank 0 was let go
+        assert "timed out" in str(info.value) or "aborted" in str(info.value), str(info.value)
+    finally:
+        end_together(comm)
+
+
+def test_timeout_is_reported(warm_gpu, monkeypatch):
     """A rank that never arrives: HpcclTimeoutError within a bound, naming the collective, and the
     caller's stream is released (nothing left spinning or waiting forever)."""
     import cupy
@@ -742,7 +798,7 @@ def test_timeout_is_reported(monkeypatch):
         end_together(comm)
 
 
-def test_rank_that_stops_launching_is_named(monkeypatch):
+def test_rank_that_stops_launching_is_named(warm_gpu, monkeypatch):
     """Issue 11: in a loop of GPU all_reduces the last rank stops launching (sleeps) at iteration 5; the
     others' kernels time out and the error names it (its published launch count is behind), within a
     bound, and their streams are released."""
