@@ -598,7 +598,16 @@ static int poll_armed(engine_t *e) {
   int n = 0;
   for (int i = 0; i < e->narmed; i++) {
     batch_t *b = e->armed[i];
-    if (__atomic_load_n(b->arm, __ATOMIC_ACQUIRE) == 0 || atomic_load(&b->state) < B_DONE) continue;
+    if (__atomic_load_n(b->arm, __ATOMIC_ACQUIRE) == 0) continue;
+    if (b->released && atomic_load(&b->state) < B_DONE) {
+      /* its last replay failed and UCX still holds its sends (they end when the endpoint closes): this
+         replay moves nothing and ends at once, failed, so the graph's stream goes on */
+      __atomic_store_n(b->arm, 0, __ATOMIC_RELAXED);
+      write_done(b, 1);
+      n++;
+      continue;
+    }
+    if (atomic_load(&b->state) < B_DONE) continue;
     __atomic_store_n(b->arm, 0, __ATOMIC_RELAXED);
     replay(e, b);
     n++;

@@ -127,6 +127,31 @@ def test_templates_repost_per_replay_in_their_own_tag_space(pair):
     assert a.error() is None and b.error() is None
 
 
+def test_a_failed_template_left_with_a_send_ucx_holds_answers_its_replays(pair):
+    """A captured step whose peer never posts its side: at its timeout the receive is cancelled, but UCX
+    cannot cancel a rendezvous-sized send, so the template is released (its done word written, the engine
+    ``lingering``) and every later replay ends at once, failed, without posting anything (the graph's stream
+    must not wait for sends that end only when the endpoint closes)."""
+    a, _b = pair
+    words, addr = _words(2)  # done, arm
+    src = np.ones(1 << 18, dtype=np.float32)  # 1 MiB: rendezvous over TCP
+    dst = np.zeros(16, dtype=np.float32)
+    t = a.template([(ne.SEND, 1, src.ctypes.data, src.nbytes), (ne.RECV, 1, dst.ctypes.data, dst.nbytes)],
+                   addr[0], addr[1], 0.3, "captured step")
+    t0 = time.monotonic()
+    _replay(words, 0, 1)
+    assert _until(lambda: words[0] == 1, 5.0), "the failed replay never wrote its done word"
+    assert 0.25 < time.monotonic() - t0 < 3 and a.lingering == 1
+    err = a.error()
+    assert err is not None and "timed out" in err[2], err
+    for _ in range(3):
+        t1 = time.monotonic()
+        _replay(words, 0, 1)
+        assert _until(lambda: words[0] == 1, 2.0) and time.monotonic() - t1 < 0.25
+        assert words[1] == 0 and t.state()[1] == 1, "answered without being posted again"
+    t.retire()
+
+
 def test_templates_match_by_pair_when_ranks_capture_different_steps():
     """Rank 0 captures a step with rank 1, then one with rank 2; ranks 1 and 2 capture one step each (as a
     tree or linear schedule leaves ranks out of steps): each pair numbers the templates it shares alike, so
