@@ -625,7 +625,9 @@ static int has_gated(engine_t *e) {
 static void sleep_for(engine_t *e, int timeout_ms, int events) {
   int efd = events ? e->efd : -1;
   struct pollfd fds[2] = {{e->wake, POLLIN, 0}, {efd, POLLIN, 0}};
-  atomic_store(&e->sleeping, 1);
+  /* a look at the sockets that does not block (timeout 0) needs no wake-up: a submitter seeing the flag
+     would pay a write(2) for nothing */
+  atomic_store(&e->sleeping, timeout_ms > 0);
   pthread_mutex_lock(&e->qlock);
   int queued = e->qhead != NULL || e->aqhead != NULL;
   pthread_mutex_unlock(&e->qlock);

@@ -115,6 +115,7 @@ class StagedNet:
         _put_limit(self._words.host + 40, self.kernel_limit)
         self.stuck_h = self._words.host + 48  # the eager steps' stuck word (the C replay reads it too)
         self._cstuck: Dict[int, tuple] = {}  # graph word page (host address) -> (its words, captured stuck words)
+        self._cidx: Optional[list] = None  # _cstuck's pages as (words, index array): gave_up() reads one per page
         self.ready_h, self.ready_d = self._words.host, self._words.dev  # one ready word: every lane reads it
         self.dones = [(self._words.host + 4 + 4 * j, self._words.dev + 4 + 4 * j) for j in range(len(self.engs))]
         self.done_h, self.done_d = self.dones[0]
@@ -390,7 +391,9 @@ class StagedNet:
         if page.host not in self._cstuck:
             import numpy as np
             self._cstuck[page.host] = (np.ctypeslib.as_array((ctypes.c_uint32 * _WORDS).from_address(page.host)), [])
-        self._cstuck[page.host][1].append((arm_h + 16 - page.host) // 4)
+        idx = self._cstuck[page.host][1]
+        idx.append((arm_h + 16 - page.host) // 4)
+        self._cidx = None  # gave_up() gathers the stuck words again
         t = self.engs[0].template(ops, arm_h + 4, arm_h, self.timeout, label)
         self._graph.append(t)
         self._armed.append((arm_h, arm_h + 4))
@@ -497,8 +500,14 @@ class StagedNet:
 
     def gave_up(self) -> bool:
         """Whether a network kernel's wait for the engine gave up (a stuck word is set)."""
-        return bool(ctypes.c_uint32.from_address(self.stuck_h).value) or \
-            any(words[idx].any() for words, idx in self._cstuck.values())
+        if ctypes.c_uint32.from_address(self.stuck_h).value:
+            return True
+        if not self._cstuck:
+            return False
+        if self._cidx is None:  # per page, its captured kernels' stuck words as one index array (made once)
+            import numpy as np
+            self._cidx = [(words, np.array(idx, dtype=np.intp)) for words, idx in self._cstuck.values()]
+        return any(words[at].any() for words, at in self._cidx)
 
     def error(self) -> Optional[HpcclError]:
         if self.gave_up():
