@@ -672,6 +672,7 @@ void *engine_loop(void *arg) {
       pthread_mutex_lock(&e->wlock);
       continue;
     }
+    atomic_fetch_add_explicit(&e->beats, 1, memory_order_relaxed);
     int work = engine_step(e);
     double t = 0;
     if ((idle & 255) == 0 && (t = now_s()) >= e->next_check) {

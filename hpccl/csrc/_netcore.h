@@ -172,6 +172,7 @@ typedef struct engine {
   atomic_int aborted_by;
   atomic_int closed;
   _Atomic double hold_until; /* fault injection (Engine.hold): the thread does nothing until then */
+  atomic_ullong beats;       /* rounds of the engine thread's loop: a watchdog tells a stopped thread by them */
   uint64_t batches_done, bytes_sent, bytes_recv;
   atomic_int lingering;      /* released batches whose sends UCX still holds (may still read their memory) */
 } engine_t;

@@ -480,6 +480,11 @@ static PyObject *Engine_lingering(Engine *self, void *c) {
   return PyLong_FromLong(atomic_load(&self->core.lingering));
 }
 
+static PyObject *Engine_beats(Engine *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(atomic_load_explicit(&self->core.beats, memory_order_relaxed));
+}
+
 static PyObject *Engine_hold(Engine *self, PyObject *args) {
   double secs;
   if (!PyArg_ParseTuple(args, "d", &secs)) return NULL;
@@ -526,6 +531,8 @@ static PyGetSetDef Engine_getset[] = {
    "rest were reused from this engine's spares)", NULL},
   {"lingering", (getter)Engine_lingering, NULL, "failed steps already answered whose sends UCX still holds (it "
    "cannot cancel a send): their memory may still be read until the peer takes them or the engine closes", NULL},
+  {"beats", (getter)Engine_beats, NULL, "rounds of the progress thread's loop so far (a held or blocked thread "
+   "makes none; hpccl/gpu/netwatch.py watches them)", NULL},
   {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "
    "Python's calls and by NetHot's)", NULL},
   {NULL, NULL, NULL, NULL, NULL}};
@@ -562,7 +569,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",
 PyMODINIT_FUNC PyInit__netengine(void) {
   if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0 ||
       PyType_Ready(&NetHotType) < 0 ||
-      PyType_Ready(&NetProgramType) < 0)
+      PyType_Ready(&NetProgramType) < 0 || PyType_Ready(&NetWatchType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return NULL;
@@ -574,6 +581,8 @@ PyMODINIT_FUNC PyInit__netengine(void) {
   PyModule_AddObject(m, "NetHot", (PyObject *)&NetHotType);
   Py_INCREF(&NetProgramType);
   PyModule_AddObject(m, "NetProgram", (PyObject *)&NetProgramType);
+  Py_INCREF(&NetWatchType);
+  PyModule_AddObject(m, "NetWatch", (PyObject *)&NetWatchType);
   PyModule_AddIntConstant(m, "SEND", K_SEND);
   PyModule_AddIntConstant(m, "RECV", K_RECV);
   PyModule_AddIntConstant(m, "E_PEER", E_PEER);

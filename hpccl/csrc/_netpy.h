@@ -13,7 +13,7 @@ typedef struct {
   long long seq;             /* the communicator's current call (control answers carry it); GIL-guarded */
 } Engine;
 
-extern PyTypeObject EngineType, NetProgramType, NetHotType;
+extern PyTypeObject EngineType, NetProgramType, NetHotType, NetWatchType;
 extern PyObject *HpErr;      /* _netengine.EngineError: (code, peer, message) */
 
 int check_open(Engine *e);            /* RuntimeError unless connected and not closed */

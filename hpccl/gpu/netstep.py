@@ -42,6 +42,7 @@ from .. import config, log
 from ..errors import HpcclError, HpcclTimeoutError
 from ..runtime.primitives import Primitives, Recv, Send
 from ..runtime.progress import Waiter
+from .netwatch import STUCK_WATCH, limit_s, watch
 
 WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe)
 _ALIGN = 256
@@ -136,6 +137,7 @@ class StagedNet:
         self.pipe = bool(config.get("HPCCL_NET_PIPE"))
         sl = int(config.get("HPCCL_NET_SLICE"))
         self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
+        self._watch = watch(self)  # stream waits without a limit of their own: released if an engine stops
 
     # ----- memory -------------------------------------------------------------------------------------
     def staging(self, nbytes: int) -> _Pinned:
@@ -512,6 +514,10 @@ class StagedNet:
     def error(self) -> Optional[HpcclError]:
         if self.gave_up():
             from ..errors import HpcclSystemError
+            if ctypes.c_uint32.from_address(self.stuck_h).value == STUCK_WATCH:
+                return HpcclSystemError(
+                    f"this rank's network engine made no progress for {limit_s(self.timeout):g}s (2 x HPCCL_TIMEOUT"
+                    f" + 10 s): the watchdog released its GPU steps' stream waits; their data is not whole")
             return HpcclSystemError(
                 f"a GPU network step's kernel waited {self.kernel_limit / 1e9:g}s (2 x HPCCL_TIMEOUT + 5 s) for "
                 f"this rank's network engine and gave up: the engine stopped writing its done words; the step's "
@@ -526,6 +532,9 @@ class StagedNet:
         engine that stopped (a kernel gave up on it, or a step is still behind) may yet write its steps' done
         words and staging when it is closed, and a failed step's sends UCX could not cancel (``lingering``)
         may yet read its staging: their memory is then kept until the process ends, not freed."""
+        w = getattr(self, "_watch", None)
+        if w is not None:
+            w.close()
         for t in self._graph:
             if not isinstance(t, _Pinned):
                 t.retire()  # the engine stops reading its arm word before the word's memory is freed

@@ -678,16 +678,20 @@ def test_replayed_call_timeout_names_the_peer(warm_gpu, monkeypatch):
         end_together(comm)
 
 
-@pytest.mark.parametrize("count", [16, 1 << 20])
-def test_kernel_wait_timeout_when_the_engine_stops(warm_gpu, monkeypatch, count):
-    """The network kernels' backstop (hp_net_wait): across nodes, a small all_reduce (one fused kernel) or a
-    4 MiB one (one piped kernel) while rank 0's network engines are held (Engine.hold, fault injection: no
-    progress, no timeouts, no done words) for 13 s: rank 0's kernel gives up at 2 x HPCCL_TIMEOUT + 5 s = 7 s,
-    before the engines are let go, so its stream is released and synchronize() raises HpcclSystemError saying
-    the engine stopped; the peers' steps fail too (their data never came)."""
+@pytest.mark.parametrize("count,pipe", [(16, "1"), (1 << 20, "1"), (1 << 20, "0")], ids=["fused", "piped", "eager"])
+def test_kernel_wait_timeout_when_the_engine_stops(warm_gpu, monkeypatch, count, pipe):
+    """The backstops of a stream waiting on a stopped engine: across nodes, a small all_reduce (one fused
+    kernel), a 4 MiB one (one piped kernel) or a 4 MiB one on the eager path (HPCCL_NET_PIPE=0: copies and
+    stream waits, cuStreamWaitValue32) while rank 0's network engines are held (Engine.hold, fault injection:
+    no progress, no timeouts, no done words). A kernel gives up at 2 x HPCCL_TIMEOUT + 5 s = 7 s (hold 13 s);
+    the eager path's waits are released by the host's watchdog (hpccl/gpu/netwatch.py) once the engines made
+    no round for 2 x HPCCL_TIMEOUT + 10 s = 12 s (hold 17 s). Either way before the engines are let go: the
+    stream goes on and synchronize() raises HpcclSystemError saying so; the peers' steps fail too."""
     import cupy
     import hpccl
     monkeypatch.setenv("HPCCL_TIMEOUT", "1")
+    monkeypatch.setenv("HPCCL_NET_PIPE", pipe)
+    eager = pipe == "0"
     comm = hpccl.Communicator()
     try:
         comm.all_reduce(cupy.ones(16, dtype=cupy.float32))  # the GPU side is made at the first GPU call
@@ -701,21 +705,29 @@ def test_kernel_wait_timeout_when_the_engine_stops(warm_gpu, monkeypatch, count)
         x = cupy.ones(count, dtype=cupy.float32)
         s = cupy.cuda.Stream(non_blocking=True)
         fused, piped = net.fused, net.piped
+        steps = net.steps
         if comm.rank == 0:
             for e in net.engs:
-                e.hold(13)
+                e.hold(17 if eager else 13)
         t0 = time.monotonic()
         with pytest.raises(HpcclError) as info:
             comm.all_reduce(x, stream=s)
             comm.synchronize()
         s.synchronize()  # released
         took = time.monotonic() - t0
-        assert (net.fused > fused) if count == 16 else (net.piped > piped)
-        if comm.rank == 0:
+        if eager:
+            assert net.steps > steps and net.fused == fused and net.piped == piped
+        else:
+            assert (net.fused > fused) if count == 16 else (net.piped > piped)
+        if comm.rank == 0 and eager:
+            assert 11.5 < took < 16.5, took  # the watchdog's limit, not the engines' release, ended the wait
+            assert isinstance(info.value, HpcclSystemError) and "made no progress" in str(info.value), \
+                str(info.value)
+        elif comm.rank == 0:
             assert 6.5 < took < 12.5, took  # the kernel's limit, not the engines' release, ended the wait
             assert isinstance(info.value, HpcclSystemError) and "gave up" in str(info.value), str(info.value)
         else:
-            assert took < 12.5, took
+            assert took < 16.5, took
     finally:
         end_together(comm)
 

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_pair import engine_pair  # noqa: E402
 
-from hpccl.gpu import netreplay, netstep
+from hpccl.gpu import netreplay, netstep, netwatch
 
 ne = pytest.importorskip("hpccl.transport.engine", reason="the network engine (UCX) is not built here")._ne
 
@@ -369,6 +369,54 @@ def test_an_eager_step_behind_a_held_engine_ends_once_it_is_let_go(lanes, count,
     for e in engs[0]:
         e.close()  # closing the endpoints ends the sends (their batches still alive: no late callback)
         assert e.lingering == 0
+
+
+def test_the_watchdog_releases_a_stream_waiting_on_a_stopped_engine(pair):
+    """hpccl/csrc/_netwatch.c: an eager step's stream wait (cuStreamWaitValue32, no limit of its own) behind an
+    engine whose thread stopped (Engine.hold) is released once that engine made no round of its loop for the
+    watch's limit (2 x HPCCL_TIMEOUT + 10 s in use; 1 s here): the done word is written, the stream goes on,
+    and error() says the watchdog released it. A live, idle engine is never released."""
+    from hpccl import _netengine
+    from hpccl.errors import HpcclSystemError
+    (ea, eb), gpus = pair
+    assert netwatch.limit_s(0.5) == 11.0 and netwatch.limit_s(0) == 0.0
+    net = _net((ea,), gpus[0], 4096)
+    net.timeout = 0.5
+    vals = ctypes.addressof(net.st) + type(net.st).val.offset
+    live = _net((eb,), gpus[1], 4096)
+    watches = [_netengine.NetWatch((n.engs[0],), n.stuck_h, (n.dones[0][0],), vals if n is net else
+                                   ctypes.addressof(n.st) + type(n.st).val.offset, 1.0, n.st) for n in (net, live)]
+    assert all(w.watching and w.released == 0 for w in watches)
+    ea.hold(30)
+    time.sleep(0.05)
+    b = ea.beats
+    time.sleep(0.1)
+    assert ea.beats == b and eb.beats > 0  # a held thread makes no round
+    x, y = np.ones(1024, np.float32), np.zeros(1024, np.float32)
+    t0 = time.monotonic()
+    _all_reduce(net, gpus[0], 0, x, y, "all_reduce #1")  # the stream now waits for a done word nobody writes
+    assert net.pending() and net.error() is None
+    gpus[0].drain(5)  # the stream went on: released
+    took = time.monotonic() - t0
+    assert not gpus[0].failed, gpus[0].failed
+    assert 0.7 < took < 2.0, took  # the limit counts from the engine's last round (0.15 s before t0)
+    assert watches[0].released == 1 and not net.pending() and net._words[12] == netwatch.STUCK_WATCH
+    err = net.error()
+    assert isinstance(err, HpcclSystemError) and "made no progress for 11s" in str(err)
+    time.sleep(1.5)
+    assert watches[1].released == 0 and live._words[12] == 0  # the live engine, idle all along
+    for w in watches:
+        w.close()
+        assert not w.watching
+    ea.hold(0)  # let go, it ends the step it was handed (its peer never answers: HPCCL_TIMEOUT) in net's memory
+    end = time.monotonic() + 10
+    while ea.error() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    assert ea.error() is not None
+    with pytest.raises(ValueError):
+        _netengine.NetWatch((ea,), net.stuck_h, (), vals, 1.0, None)
+    with pytest.raises(TypeError):
+        _netengine.NetWatch((object(),), net.stuck_h, (net.dones[0][0],), vals, 1.0, None)
 
 
 def test_closing_behind_a_stopped_engine_keeps_its_memory(pair, monkeypatch):
