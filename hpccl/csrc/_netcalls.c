@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -375,8 +376,23 @@ static void close_eps(engine_t *self) {
   }
 }
 
+/* whether UCX runs without its registration cache (UCX_MEM_EVENTS or UCX_RCACHE_ENABLE off): then force-closing
+   an endpoint under a rendezvous send UCX still holds crashes inside UCX (its purge invalidates the send's memory
+   handle through the missing cache), so engine_close leaves such sends, their endpoints and the worker alone */
+static int rcache_off(void) {
+  const char *names[2] = {"UCX_MEM_EVENTS", "UCX_RCACHE_ENABLE"};
+  for (int i = 0; i < 2; i++) {
+    const char *v = getenv(names[i]);
+    if (v && (!strcasecmp(v, "n") || !strcasecmp(v, "no") || !strcasecmp(v, "0") || !strcasecmp(v, "off") ||
+              !strcasecmp(v, "false")))
+      return 1;
+  }
+  return 0;
+}
+
 void engine_close(engine_t *self) {
   if (atomic_exchange(&self->closed, 1)) return;
+  int leak = 0;
   int healthy = !atomic_load(&self->aborting) && atomic_load(&self->dead_rank) < 0;
   if (self->started) {
     atomic_store(&self->aborting, 1);
@@ -403,10 +419,12 @@ void engine_close(engine_t *self) {
       for (int k = 0; k < b->nops; k++) if (b->ops[k].req) ucp_request_cancel(self->worker, b->ops[k].req);
     }
     for (int i = 0; i < 100 && self->nactive; i++) { ucp_worker_progress(self->worker); finalize(self); }
-    if (self->nactive) {  /* sends UCX cannot cancel: closing their endpoints ends them, while their batches live */
+    if (self->nactive && !rcache_off()) {
+      /* sends UCX cannot cancel: closing their endpoints ends them, while their batches live */
       close_eps(self);
       for (int i = 0; i < 100 && self->nactive; i++) { ucp_worker_progress(self->worker); finalize(self); }
     }
+    leak = self->nactive > 0;
     for (int i = 0; i < self->nactive; i++) {  /* UCX never ended these: mark them, leak their requests */
       batch_t *b = self->active[i];
       atomic_fetch_add(&b->refs, 1);  /* and the batch: a late callback must not find it reused or freed */
@@ -416,6 +434,11 @@ void engine_close(engine_t *self) {
     if (self->ctrl_req) { ucp_request_cancel(self->worker, self->ctrl_req); ucp_worker_progress(self->worker);
                           ucp_request_free(self->ctrl_req); self->ctrl_req = NULL; }
     pthread_mutex_unlock(&self->wlock);
+  }
+  if (leak) {
+    /* requests UCX still holds (see rcache_off): the worker and context are left to the process's end */
+    self->worker = NULL;
+    self->ctx = NULL;
   }
   if (self->worker) {
     close_eps(self);

@@ -2,8 +2,8 @@
 (tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
 armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
 threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token, the other's a piped
-step whose batch the engine thread cuts), abort, control
-messages, close.
+step whose batch the engine thread cuts), a failed step released with a send UCX holds, the watchdog's thread
+releasing a held engine's words, abort, control messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
 """
@@ -205,6 +205,41 @@ assert ran == [40, 40] and all(p.runs == 40 for p in progs), ran
 assert [pw[r][1] for r in range(2)] == [40, 80], [pw[r][1] for r in range(2)]  # every replayed batch ended
 assert a.error() is None and b.error() is None
 del progs
+
+# a failed staged step left with a send UCX cannot cancel (1 MiB: rendezvous; its peer never receives) is
+# released at its timeout: its done word written and the engine lingering while the send stays in flight;
+# meanwhile the watchdog's thread (NetWatch) releases the words of a held engine; closing force-closes the
+# endpoint under the lingering send
+c = ne.Engine(0, 2, {"TLS": "tcp,self"})
+d = ne.Engine(1, 2, {"TLS": "tcp,self"})
+addrs = [c.address(), d.address()]
+c.connect(addrs, [False, True])
+d.connect(addrs, [True, False])
+big, small = np.ones(1 << 18, np.float32), np.zeros(4, np.float32)
+words = (ctypes.c_uint32 * 16)()
+wa = ctypes.addressof(words)
+words[0] = 1  # the ready word: the step is staged
+c.staged([(ne.SEND, 1, big.ctypes.data, big.nbytes), (ne.RECV, 1, small.ctypes.data, small.nbytes)],
+         wa, 1, wa + 4, 1, 0.3, "released step", 0)
+vals = (ctypes.c_uint32 * 8)(7)
+assert until(lambda: d.beats > 0)  # the watch judges a thread only once it has looped
+d.hold(5)
+watch = ne.NetWatch((d,), wa + 48, (wa + 8,), ctypes.addressof(vals), 0.5, None)
+assert until(lambda: words[1] == 1, 5.0) and c.lingering == 1 and c.error() is not None
+assert until(lambda: words[2] == 7 and words[12] == 2, 5.0) and watch.released == 1, (list(words), watch.released)
+watch.close()
+d.hold(0)
+# the peer takes the send after all: the released batch ends (its extra reference dropped, nothing written)
+r = d.recv(0, np.zeros_like(big))
+assert r.wait(10) and until(lambda: c.lingering == 0, 5.0) and words[1] == 1
+# a second one still lingering when the engine closes: endpoints force-closed under it (or, with UCX's
+# registration cache off, as here under the sanitizers, left to the process's end)
+c.staged([(ne.SEND, 1, big.ctypes.data, big.nbytes), (ne.RECV, 1, small.ctypes.data, small.nbytes)],
+         wa, 1, wa + 4, 2, 0.3, "released step", 0)
+assert until(lambda: words[1] == 2 and c.lingering == 1, 5.0), (list(words), c.lingering)
+c.close()
+assert c.lingering == 0
+d.close()
 
 r = b.recv(0, np.zeros(4, np.uint8))
 b.abort(0)
