@@ -106,6 +106,7 @@ void submit_chain(engine_t *e, batch_t *head, batch_t *tail, int wake) {
 /* rouse the engine thread from its poll() (callers check ``sleeping`` first where it may be awake) */
 void wake_engine(engine_t *e) {
   uint64_t one = 1;
+  atomic_fetch_add_explicit(&e->wakes, 1, memory_order_relaxed);
   ssize_t w = write(e->wake, &one, sizeof one);
   (void)w;
 }

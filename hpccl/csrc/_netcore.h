@@ -175,6 +175,7 @@ typedef struct engine {
   atomic_ullong beats;       /* rounds of the engine thread's loop: a watchdog tells a stopped thread by them */
   uint64_t batches_done, bytes_sent, bytes_recv;
   atomic_int lingering;      /* released batches whose sends UCX still holds (may still read their memory) */
+  _Atomic uint64_t wakes;    /* write(2)s that roused this engine's thread (Engine.wakes) */
 } engine_t;
 
 /* why a call of _netcalls.c failed; the binding raises the matching exception */

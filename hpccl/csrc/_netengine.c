@@ -475,6 +475,11 @@ static PyObject *Engine_staged_made(Engine *self, void *c) {
   return PyLong_FromUnsignedLongLong(self->core.staged_made);
 }
 
+static PyObject *Engine_wakes(Engine *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(atomic_load_explicit(&self->core.wakes, memory_order_relaxed));
+}
+
 static PyObject *Engine_lingering(Engine *self, void *c) {
   (void)c;
   return PyLong_FromLong(atomic_load(&self->core.lingering));
@@ -529,6 +534,7 @@ static PyGetSetDef Engine_getset[] = {
   {"rank", (getter)Engine_rank, NULL, "rank", NULL},
   {"staged_made", (getter)Engine_staged_made, NULL, "staged batches of up to 4 messages allocated so far (the "
    "rest were reused from this engine's spares)", NULL},
+  {"wakes", (getter)Engine_wakes, NULL, "times a caller woke this engine's sleeping thread (a write(2) each)", NULL},
   {"lingering", (getter)Engine_lingering, NULL, "failed steps already answered whose sends UCX still holds (it "
    "cannot cancel a send): their memory may still be read until the peer takes them or the engine closes", NULL},
   {"beats", (getter)Engine_beats, NULL, "rounds of the progress thread's loop so far (a held or blocked thread "

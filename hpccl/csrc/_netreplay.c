@@ -247,6 +247,7 @@ static PyObject *nr_fail(const char *what, int rc) {
    store the engine sees) before the replay's next driver call and at its end, not one hand-over per piece */
 typedef struct {
   batch_t *head[NR_LANES], *tail[NR_LANES];
+  unsigned handed;  /* the lanes handed anything during this replay: only their engines are woken */
 } nr_pending;
 
 /* make one lane's batch of a recorded step as Engine_staged does, with this replay's token and done value */
@@ -300,15 +301,20 @@ static int nr_pipe(NetProgram *p, nr_pending *q, nr_act *a, const char *label, u
   return 0;
 }
 
-/* hand each lane's pending batches to its engine; ``wake``: then rouse each lane's engine once if it sleeps
-   (not a write(2) per batch) */
+/* hand each lane's pending batches to its engine; ``wake``: then rouse, once, each engine this replay handed
+   anything that sleeps (not a write(2) per batch, and none for a lane that got nothing: a small call on one
+   lane left the idle lanes' engines asleep, and woke each at every call) */
 static void nr_flush(NetProgram *p, nr_pending *q, int wake) {
   for (int j = 0; j < p->nlanes; j++) {
-    if (q->head[j]) submit_chain(&p->eng[j]->core, q->head[j], q->tail[j], 0);
+    if (q->head[j]) {
+      submit_chain(&p->eng[j]->core, q->head[j], q->tail[j], 0);
+      q->handed |= 1u << j;
+    }
     q->head[j] = q->tail[j] = NULL;
   }
   if (wake)
-    for (int j = 0; j < p->nlanes; j++) wake_if_sleeping(&p->eng[j]->core);
+    for (int j = 0; j < p->nlanes; j++)
+      if (q->handed & (1u << j)) wake_if_sleeping(&p->eng[j]->core);
 }
 
 static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
@@ -323,7 +329,7 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   }
   if (p->stuck_h && *(volatile uint32_t *)(uintptr_t)p->stuck_h) return PyLong_FromLong(2);
   net_state *st = p->st;
-  nr_pending q = {{NULL}, {NULL}};
+  nr_pending q = {{NULL}, {NULL}, 0};
   const char *what = NULL;  /* the driver call that failed, NULL: out of memory */
   int rc = 0;
   if (st->last_stream != NR_NO_STREAM && st->last_stream != stream && st->joinable) {

@@ -446,6 +446,36 @@ def test_closing_behind_a_stopped_engine_keeps_its_memory(pair, monkeypatch):
         del held
 
 
+def test_a_replay_wakes_only_the_lanes_it_handed_work(lanes):
+    """A call small enough for one piece goes over lane 0 only; replaying it must not wake the other lanes'
+    engines, asleep with nothing to do (it did, a write(2) per idle lane at every call: host time on the
+    caller's thread)."""
+    engs, gpus = lanes
+    count = 512  # 2 KiB: one piece, lane 0
+    nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
+    reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    xs = [np.ones(count, np.float32) for _ in range(2)]
+    ys = [np.zeros(count, np.float32) for _ in range(2)]
+    key = ("ar", 1)
+    for r in range(2):
+        rec = reps[r].start(key, 1)
+        _all_reduce(nets[r], gpus[r], r, xs[r], ys[r], "all_reduce #1")
+        reps[r].finish(key, rec, True)
+    for g in gpus:
+        g.drain()
+    time.sleep(0.2)  # the idle lane's engines go to sleep
+    idle = [engs[r][1].wakes for r in range(2)]
+    for i in range(20):
+        for r in range(2):
+            assert reps[r].fire(key, f"all_reduce #{i + 2}") == 0
+        for g in gpus:
+            g.drain()
+        time.sleep(0.01)
+    assert not any(g.failed for g in gpus) and np.all(ys[0] == 2) and np.all(ys[1] == 2)
+    assert [engs[r][1].wakes for r in range(2)] == idle
+    assert [n.st.val[1] for n in nets] == [0, 0]  # nothing was handed to lane 1
+
+
 def test_lanes_carry_alternate_slices(lanes):
     """Two lanes: slice i of every message goes over lane i mod 2 (its own engine, done word and counter),
     on the Python path and in replays alike."""
