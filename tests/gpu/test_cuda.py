@@ -624,6 +624,37 @@ def test_host_memory_fallback(world, monkeypatch):
 
 
 
+def _staged_net(comm, what: str):
+    """The staged network path (StagedNet) of ``comm`` after its first GPU call, which makes it; skips, saying
+    ``what`` needs, where the layout has no such path (it serves one rank per node: HPCCL_NODE_ID=split:1)."""
+    import cupy
+    comm.all_reduce(cupy.ones(16, dtype=cupy.float32))
+    comm.synchronize()
+    net = getattr(getattr(comm._dev, "prim", None), "net", None)
+    if net is None or comm.local_size != 1:
+        pytest.skip(f"{what}, which serves one rank per node (HPCCL_NODE_ID=split:1); this layout has "
+                    f"{comm.num_nodes} node(s), {comm.local_size} rank(s) per node")
+    return net
+
+
+def _held_call(comm, net, count: int, hold: float):
+    """An all_reduce of ``count`` floats on a stream of its own while rank 0's network engines are held for
+    ``hold`` seconds (Engine.hold: fault injection); it must raise, by the call or synchronize(). (Seconds
+    until the stream was released, pytest's ExceptionInfo.)"""
+    import cupy
+    x = cupy.ones(count, dtype=cupy.float32)
+    s = cupy.cuda.Stream(non_blocking=True)
+    if comm.rank == 0:
+        for e in net.engs:
+            e.hold(hold)
+    t0 = time.monotonic()
+    with pytest.raises(HpcclError) as info:
+        comm.all_reduce(x, stream=s)
+        comm.synchronize()
+    s.synchronize()  # released
+    return time.monotonic() - t0, info
+
+
 @pytest.fixture(scope="module")
 def warm_gpu():
     """One GPU call across the world with the default HPCCL_TIMEOUT, before tests that shorten it: a process's
@@ -687,34 +718,17 @@ def test_kernel_wait_timeout_when_the_engine_stops(warm_gpu, monkeypatch, count,
     the eager path's waits are released by the host's watchdog (hpccl/gpu/netwatch.py) once the engines made
     no round for 2 x HPCCL_TIMEOUT + 10 s = 12 s (hold 17 s). Either way before the engines are let go: the
     stream goes on and synchronize() raises HpcclSystemError saying so; the peers' steps fail too."""
-    import cupy
     import hpccl
     monkeypatch.setenv("HPCCL_TIMEOUT", "1")
     monkeypatch.setenv("HPCCL_NET_PIPE", pipe)
     eager = pipe == "0"
     comm = hpccl.Communicator()
     try:
-        comm.all_reduce(cupy.ones(16, dtype=cupy.float32))  # the GPU side is made at the first GPU call
-        comm.synchronize()
-        net = getattr(getattr(comm._dev, "prim", None), "net", None)
-        if net is None or comm.local_size != 1:
-            pytest.skip("the backstop is in the staged network path's one-kernel steps (one rank per node: "
-                        f"HPCCL_NODE_ID=split:1); this layout has {comm.num_nodes} node(s), {comm.local_size} "
-                        "rank(s) per node")
+        net = _staged_net(comm, "the backstops are the staged network path's")
         assert net.kernel_limit == 7_000_000_000
-        x = cupy.ones(count, dtype=cupy.float32)
-        s = cupy.cuda.Stream(non_blocking=True)
         fused, piped = net.fused, net.piped
         steps = net.steps
-        if comm.rank == 0:
-            for e in net.engs:
-                e.hold(17 if eager else 13)
-        t0 = time.monotonic()
-        with pytest.raises(HpcclError) as info:
-            comm.all_reduce(x, stream=s)
-            comm.synchronize()
-        s.synchronize()  # released
-        took = time.monotonic() - t0
+        took, info = _held_call(comm, net, count, 17 if eager else 13)
         if eager:
             assert net.steps > steps and net.fused == fused and net.piped == piped
         else:
@@ -739,30 +753,14 @@ def test_eager_step_behind_a_held_engine_fails_once_let_go(warm_gpu, monkeypatch
     rank 0's, once let go, ends within its own timeout though its sends to rank 1 can never complete. Both
     streams go on and synchronize() raises. Before the engine released such steps rank 0's stream stayed
     blocked for good (docs/perf/issue33/backstop/eager_hang/)."""
-    import cupy
     import hpccl
     monkeypatch.setenv("HPCCL_TIMEOUT", "1")
     monkeypatch.setenv("HPCCL_NET_PIPE", "0")
     comm = hpccl.Communicator()
     try:
-        comm.all_reduce(cupy.ones(16, dtype=cupy.float32))  # the GPU side is made at the first GPU call
-        comm.synchronize()
-        net = getattr(getattr(comm._dev, "prim", None), "net", None)
-        if net is None or comm.local_size != 1:
-            pytest.skip("the eager network path runs with one rank per node (HPCCL_NODE_ID=split:1); this "
-                        f"layout has {comm.num_nodes} node(s), {comm.local_size} rank(s) per node")
-        x = cupy.ones(1 << 20, dtype=cupy.float32)
-        s = cupy.cuda.Stream(non_blocking=True)
+        net = _staged_net(comm, "the eager network path is the staged one's")
         steps, piped = net.steps, net.piped
-        if comm.rank == 0:
-            for e in net.engs:
-                e.hold(3)
-        t0 = time.monotonic()
-        with pytest.raises(HpcclError) as info:
-            comm.all_reduce(x, stream=s)
-            comm.synchronize()
-        s.synchronize()  # released
-        took = time.monotonic() - t0
+        took, info = _held_call(comm, net, 1 << 20, 3)
         assert net.steps > steps and net.piped == piped
         if comm.rank == 0:
             assert 2.9 < took < 8, took  # ended once let go, within its own timeout
