@@ -356,8 +356,6 @@ static void worker_flush(engine_t *e, double seconds) {
   ucp_request_free(r);  /* still in progress (a peer that does not read): UCX releases it when it ends */
 }
 
-/* stop the thread, end what is left (failed, done words written), close endpoints, worker and context;
-   once (later calls return at once) */
 /* close every endpoint (forced: whatever UCX still holds on it ends, with an error, through its callback) */
 static void close_eps(engine_t *self) {
   for (int p = 0; p < self->size; p++) {
@@ -390,6 +388,8 @@ static int rcache_off(void) {
   return 0;
 }
 
+/* stop the thread, end what is left (failed, done words written), close endpoints, worker and context;
+   once (later calls return at once) */
 void engine_close(engine_t *self) {
   if (atomic_exchange(&self->closed, 1)) return;
   int leak = 0;
