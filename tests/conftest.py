@@ -1,6 +1,8 @@
 """Top-level test hooks: the skips inside sub-suites (pytest files run under mpiexec, torch's backend suite)
 are listed in a "sub-suite skips" section of the run's summary, with their reasons, so a sub-suite that is
-green only because its tests skipped is seen."""
+green only because its tests skipped is seen; and what each test left in /dev/shm is looked at after it: MPI's
+own segments (a rank that ended without MPI_Finalize leaves them) are removed and the tests that left them
+named in a "/dev/shm" section (hpccl's own segments are asserted by the tests that make them)."""
 from __future__ import annotations
 
 import pytest
@@ -42,6 +44,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.quick)
 
 
+_SHM_LEFT: list = []  # (test node id, the MPI segments it left in /dev/shm, removed)
+
+
+@pytest.fixture(autouse=True)
+def _dev_shm_after_each_test(request):
+    before = mpirun.shm_snapshot()
+    yield
+    left = mpirun.remove_mpi_leftovers(before)
+    if left:
+        _SHM_LEFT.append((request.node.nodeid, sorted(left)))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_makereport(item, call):
     # what the test recorded (mpirun.record_sub_suite) goes on its reports as a user property
@@ -51,6 +65,15 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_terminal_summary(terminalreporter):
+    tr = terminalreporter
+    if _SHM_LEFT:
+        tr.write_sep("=", f"/dev/shm: MPI segments left by {len(_SHM_LEFT)} test(s), removed")
+        for nodeid, names in _SHM_LEFT:
+            tr.write_line(f"{nodeid}: {', '.join(names)}")
+    _sub_suite_skips(tr)
+
+
+def _sub_suite_skips(terminalreporter):
     found = {}
     for reports in terminalreporter.stats.values():
         for rep in reports:
