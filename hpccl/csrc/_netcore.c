@@ -350,6 +350,15 @@ static int only_sends_left(const batch_t *b) {
    left, so nothing writes its memory; they may still read it: only steps over memory hpccl owns (staged and
    template batches: StagedNet.close keeps it while an engine is lingering) are released, never an Op over a
    caller's buffer. A template's state stays active, so no replay reuses its ops before they end. */
+/* a batch's waiters answered: its state published, its done word written, the engine's reference dropped (a
+   template's reference is its owner's, kept for the next replay) */
+static void answer(batch_t *b) {
+  int failed = b->ecode != 0;
+  atomic_store(&b->state, failed ? B_FAILED : B_DONE);
+  write_done(b, failed);
+  if (b->bkind != BK_TEMPLATE) batch_unref(b);
+}
+
 static void release(engine_t *e, batch_t *b) {
   b->released = 1;
   atomic_fetch_add(&b->refs, 1);
@@ -358,9 +367,7 @@ static void release(engine_t *e, batch_t *b) {
   if (b->bkind == BK_TEMPLATE) {
     write_done(b, 1);
   } else if (!b->ordered) {
-    atomic_store(&b->state, B_FAILED);
-    write_done(b, 1);
-    batch_unref(b);
+    answer(b);
   } else {
     b->fdone = 1;
   }
@@ -387,21 +394,13 @@ int finalize(engine_t *e) {
       if (b->bkind == BK_TEMPLATE) atomic_store(&b->state, B_FAILED);
       batch_unref(b);
     } else if (!b->ordered) {
-      int failed = b->ecode != 0;
-      atomic_store(&b->state, failed ? B_FAILED : B_DONE);
-      write_done(b, failed);
-      if (b->bkind != BK_TEMPLATE) batch_unref(b);
+      answer(b);
     } else {
       b->fdone = 1;  /* waits for its turn in the FIFO */
     }
   }
-  while (e->fhead < e->ftail && e->fifo[e->fhead]->fdone) {
-    batch_t *b = e->fifo[e->fhead++];
-    int failed = b->ecode != 0;
-    atomic_store(&b->state, failed ? B_FAILED : B_DONE);
-    write_done(b, failed);
-    batch_unref(b);
-  }
+  while (e->fhead < e->ftail && e->fifo[e->fhead]->fdone)
+    answer(e->fifo[e->fhead++]);  /* ordered: staged batches, never templates */
   if (n && atomic_load(&e->waiters)) {
     pthread_mutex_lock(&e->dlock);
     pthread_cond_broadcast(&e->dcond);
