@@ -53,6 +53,7 @@ def main() -> None:
     trainer.fit(Regressor(64), loader)
     if trainer.global_rank == 0:
         print(f"backend {dist.get_backend()} world {dist.get_world_size()}", flush=True)
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

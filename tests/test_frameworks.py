@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,12 +22,36 @@ def _run(args, timeout=240):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PMI_RANK", "PMI_SIZE"):
         env.pop(v, None)
-    p = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    losses = STEP.findall(p.stdout)
-    backend = re.search(r"^backend (\w+) world (\d+)", p.stdout, re.M)
-    assert backend is not None, p.stdout[-2000:]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise
+    _wait_for_group(p.pid)
+    assert p.returncode == 0, (out + err)[-4000:]
+    losses = STEP.findall(out)
+    backend = re.search(r"^backend (\w+) world (\d+)", out, re.M)
+    assert backend is not None, out[-2000:]
     return [(int(s), float(x)) for s, x in losses], backend.group(1), int(backend.group(2))
+
+
+def _wait_for_group(pgid: int, limit: float = 30.0) -> None:
+    """Wait until every process of the run's session has ended: Lightning's first process returns without
+    waiting for the second it started, which then still holds MPI's shared memory (Lightning's environment
+    check initialises MPI) for a moment. Killed after ``limit`` seconds, and the test fails."""
+    end = time.monotonic() + limit
+    while True:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        if time.monotonic() > end:
+            os.killpg(pgid, signal.SIGKILL)
+            raise AssertionError(f"processes of the run (session {pgid}) still running {limit:.0f} s after it ended")
+        time.sleep(0.05)
 
 
 def _gloo(make_args):
