@@ -5,8 +5,8 @@ UCX headers, the install still succeeds and hpccl-info says which slower path is
   Python type, hpccl/csrc/_hotpath.c);
 * hpccl._netengine: the network engine (UCX's UCP driven by a thread that never takes the GIL; its core in
   plain C, hpccl/csrc/_netcore.c and hpccl/csrc/_netcalls.c), its Python types (hpccl/csrc/_netengine.c),
-  the C replay of recorded GPU calls (hpccl/csrc/_netreplay.c), small host collectives across nodes in C
-  (hpccl/csrc/_nethot.c) and the watchdog of GPU steps' stream waits (hpccl/csrc/_netwatch.c); built
+  the C replay of recorded GPU calls (hpccl/csrc/_netreplay.c) and their front door (hpccl/csrc/_netdoor.c),
+  small host collectives across nodes in C (hpccl/csrc/_nethot.c) and the watchdog of GPU steps' stream waits (hpccl/csrc/_netwatch.c); built
   against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's ucx, the libucx wheel (a
   build requirement on Linux, so a plain ``pip install`` has it)."""
 import os
@@ -47,8 +47,8 @@ def _ucx():
 # each extension's sources: its Python types, then its core in plain C (tests/test_sanitizers.py builds the
 # same lists)
 HOT_SOURCES = ["hpccl/csrc/_hotpath.c", "hpccl/csrc/_hotcore.c"]
-NET_SOURCES = ["hpccl/csrc/_netengine.c", "hpccl/csrc/_netreplay.c", "hpccl/csrc/_nethot.c", "hpccl/csrc/_netcore.c",
-               "hpccl/csrc/_netcalls.c", "hpccl/csrc/_netwatch.c"]
+NET_SOURCES = ["hpccl/csrc/_netengine.c", "hpccl/csrc/_netreplay.c", "hpccl/csrc/_netdoor.c", "hpccl/csrc/_nethot.c",
+               "hpccl/csrc/_netcore.c", "hpccl/csrc/_netcalls.c", "hpccl/csrc/_netwatch.c"]
 exts = [Extension("hpccl._hotpath", HOT_SOURCES,
                   depends=["hpccl/csrc/_hotcore.h", "hpccl/csrc/_dtype.h", "hpccl/csrc/_reduce.h",
                            "hpccl/csrc/_copy.h"],

@@ -77,6 +77,7 @@ class Communicator:
         self._sub: Dict[str, "Communicator"] = {}
         self._node_override = node_id
         self._dev: Any = None  # device.DeviceSide, built at the first device call
+        self._door: Any = None  # the C front door of replayed GPU calls across nodes (gpu/netreplay.py door())
         self.parent_ranks: Optional[List[int]] = None  # a hier sub-communicator's ranks in its parent
         self._parent: Optional["Communicator"] = None  # the communicator whose hier steps this one runs
         self._numbering = new_numbering()  # the token of this communicator's rank numbering (failures.py)
@@ -428,6 +429,8 @@ class Communicator:
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
         """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
+        if self._door is not None and self._door.fire(0, sendbuf, recvbuf, op, -1, stream):
+            return sendbuf if recvbuf is None else recvbuf
         if self._front and self._front_door("all_reduce", sendbuf, recvbuf, False,
                                             OPCODE.get(op, -1) if type(op) in _OP_TYPES else -1):
             return sendbuf if recvbuf is None else recvbuf
@@ -439,6 +442,8 @@ class Communicator:
     def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
                stream: Any = None) -> Any:
         """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
+        if self._door is not None and self._door.fire(1, sendbuf, recvbuf, op, root, stream):
+            return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
         if (self._front and type(root) is int
                 and self._front_door("reduce", sendbuf, recvbuf, False, root,
                                      OPCODE.get(op, -1) if type(op) in _OP_TYPES else -1)):
@@ -450,6 +455,8 @@ class Communicator:
 
     def broadcast(self, buf: Any, root: int = 0, *, recvbuf: Any = None, stream: Any = None) -> Any:
         """Root's buf reaches every rank: in place in buf, or into recvbuf when given."""
+        if self._door is not None and self._door.fire(2, buf, recvbuf, None, root, stream):
+            return buf if recvbuf is None else recvbuf
         if self._front and type(root) is int and self._front_door("broadcast", buf, recvbuf, False, root):
             return buf if recvbuf is None else recvbuf
         key = self._enter("broadcast", buf, recvbuf, None, root, stream)
@@ -460,6 +467,8 @@ class Communicator:
     def all_gather(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """recvbuf holds every rank's sendbuf in rank order (size x count); allocated when None.
         In place when sendbuf is recvbuf's own block (recvbuf[rank*count:(rank+1)*count])."""
+        if self._door is not None and self._door.fire(3, sendbuf, recvbuf, None, -1, stream):
+            return recvbuf
         if self._front and self._front_door("all_gather", sendbuf, recvbuf, True):
             return recvbuf
         key = self._enter("all_gather", sendbuf, recvbuf, None, -1, stream, True)
@@ -470,6 +479,8 @@ class Communicator:
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
                        stream: Any = None) -> Any:
         """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
+        if self._door is not None and self._door.fire(4, sendbuf, recvbuf, op, -1, stream):
+            return recvbuf
         if self._front and self._front_door("reduce_scatter", sendbuf, recvbuf, True,
                                             OPCODE.get(op, -1) if type(op) in _OP_TYPES else -1):
             return recvbuf
@@ -480,6 +491,8 @@ class Communicator:
 
     def all_to_all(self, sendbuf: Any, recvbuf: Any = None, *, stream: Any = None) -> Any:
         """Block j of rank i's sendbuf becomes block i of rank j's recvbuf."""
+        if self._door is not None and self._door.fire(5, sendbuf, recvbuf, None, -1, stream):
+            return recvbuf
         if self._front and self._front_door("all_to_all", sendbuf, recvbuf, True):
             return recvbuf
         key = self._enter("all_to_all", sendbuf, recvbuf, None, -1, stream, True)

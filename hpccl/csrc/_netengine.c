@@ -575,7 +575,7 @@ static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",
 PyMODINIT_FUNC PyInit__netengine(void) {
   if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0 ||
       PyType_Ready(&NetHotType) < 0 ||
-      PyType_Ready(&NetProgramType) < 0 || PyType_Ready(&NetWatchType) < 0)
+      PyType_Ready(&NetProgramType) < 0 || PyType_Ready(&NetWatchType) < 0 || PyType_Ready(&NetDoorType) < 0)
     return NULL;
   PyObject *m = PyModule_Create(&moddef);
   if (!m) return NULL;
@@ -587,6 +587,8 @@ PyMODINIT_FUNC PyInit__netengine(void) {
   PyModule_AddObject(m, "NetHot", (PyObject *)&NetHotType);
   Py_INCREF(&NetProgramType);
   PyModule_AddObject(m, "NetProgram", (PyObject *)&NetProgramType);
+  Py_INCREF(&NetDoorType);
+  PyModule_AddObject(m, "NetDoor", (PyObject *)&NetDoorType);
   Py_INCREF(&NetWatchType);
   PyModule_AddObject(m, "NetWatch", (PyObject *)&NetWatchType);
   PyModule_AddIntConstant(m, "SEND", K_SEND);

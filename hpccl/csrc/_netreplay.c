@@ -238,11 +238,6 @@ PyObject *Engine_program(Engine *self, PyObject *args) {
   return (PyObject *)p;
 }
 
-static PyObject *nr_fail(const char *what, int rc) {
-  PyErr_Format(PyExc_RuntimeError, "%s failed (CUresult %d) while replaying a network call", what, rc);
-  return NULL;
-}
-
 /* one lane's batches made by a replay and not yet handed to its engine: handed over together (one lock, one
    store the engine sees) before the replay's next driver call and at its end, not one hand-over per piece */
 typedef struct {
@@ -317,17 +312,20 @@ static void nr_flush(NetProgram *p, nr_pending *q, int wake) {
       if (q->handed & (1u << j)) wake_if_sleeping(&p->eng[j]->core);
 }
 
-static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
-  unsigned long long stream;
-  const char *label;
-  if (!PyArg_ParseTuple(args, "Ks", &stream, &label)) return NULL;
+static int nr_fail(const char *what, int rc) {
+  PyErr_Format(PyExc_RuntimeError, "%s failed (CUresult %d) while replaying a network call", what, rc);
+  return -1;
+}
+
+int nr_run(PyObject *prog, unsigned long long stream, const char *label) {
+  NetProgram *p = (NetProgram *)prog;
   void *s = (void *)(uintptr_t)stream;
   int cap = 0;
-  if (((cu_capturing_t)p->fn[F_CAPTURING])(s, &cap) != 0 || cap) return PyLong_FromLong(1);
+  if (((cu_capturing_t)p->fn[F_CAPTURING])(s, &cap) != 0 || cap) return 1;
   for (int j = 0; j < p->nlanes; j++) {
-    if (!engine_usable(&p->eng[j]->core)) return PyLong_FromLong(2);
+    if (!engine_usable(&p->eng[j]->core)) return 2;
   }
-  if (p->stuck_h && *(volatile uint32_t *)(uintptr_t)p->stuck_h) return PyLong_FromLong(2);
+  if (p->stuck_h && *(volatile uint32_t *)(uintptr_t)p->stuck_h) return 2;
   net_state *st = p->st;
   nr_pending q = {{NULL}, {NULL}, 0};
   const char *what = NULL;  /* the driver call that failed, NULL: out of memory */
@@ -397,10 +395,22 @@ static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
   if ((rc = ((cu_record_t)p->fn[F_RECORD])(p->join_ev, s))) return nr_fail("cuEventRecord", rc);
   st->joinable = 1;
   p->runs++;
-  return PyLong_FromLong(0);
+  return 0;
 fail:
   nr_flush(p, &q, 1);  /* what was made is the engine's, as it would be had the call not failed */
-  return what ? nr_fail(what, rc) : PyErr_NoMemory();
+  if (!what) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  return nr_fail(what, rc);
+}
+
+static PyObject *NetProgram_run(NetProgram *p, PyObject *args) {
+  unsigned long long stream;
+  const char *label;
+  if (!PyArg_ParseTuple(args, "Ks", &stream, &label)) return NULL;
+  int rc = nr_run((PyObject *)p, stream, label);
+  return rc < 0 ? NULL : PyLong_FromLong(rc);
 }
 
 static PyObject *NetProgram_runs(NetProgram *p, void *unused) {

@@ -130,7 +130,14 @@ class NetReplays:
         self._fns = fns
         self._progs: Dict[tuple, Any] = {}
         self._refused: Dict[tuple, str] = {}
-        self.replayed = 0
+        self._replayed = 0
+        self.door: Any = None  # a NetDoor (door()) the recordings are also handed to, with their byte counts
+        self.nranks = 1
+
+    @property
+    def replayed(self) -> int:
+        """Calls replayed, by fire() and through the door."""
+        return self._replayed + (self.door.fired if self.door is not None else 0)
 
     def fire(self, key: tuple, label: str) -> int:
         """Replay the call recorded under ``key``: 0 enqueued, -1 none recorded, 1 the stream is capturing,
@@ -143,7 +150,7 @@ class NetReplays:
         except RuntimeError as exc:
             raise HpcclSystemError(str(exc)) from None
         if rc == 0:
-            self.replayed += 1
+            self._replayed += 1
         return rc
 
     def start(self, key: Any, stream: int) -> Optional[Recording]:
@@ -170,14 +177,20 @@ class NetReplays:
             self.drop()
         net = self.net
         lanes = tuple((e, h, d) for e, (h, d) in zip(net.engs, net.dones))
-        self._progs[key] = net.eng.program(
+        prog = self._progs[key] = net.eng.program(
             rec.acts, rec.msgs, self._fns, (net.ready_h, net.ready_d, net.stuck_h), lanes,
             ctypes.addressof(net.st), net._join_ev, net.timeout, rec.gate or 0, rec.keep)
+        if self.door is not None and key[0] in CODES:
+            coll, ks, kr, op, root, st = key
+            nbytes = ks[1] * ks[2].itemsize * (self.nranks if coll == "ag" else 1)
+            self.door.put(CODES[coll], ks, kr, op, root, st, prog, nbytes)
 
     def drop(self) -> None:
         """Forget every recording (the planner dropped its plans, or the communicator ends)."""
         self._progs.clear()
         self._refused.clear()
+        if self.door is not None:
+            self.door.drop()
 
     def __len__(self) -> int:
         return len(self._progs)
@@ -185,3 +198,29 @@ class NetReplays:
 
 def enabled() -> bool:
     return bool(config.get("HPCCL_NET_REPLAY"))
+
+
+CODES = {"ar": 0, "red": 1, "bc": 2, "ag": 3, "rs": 4, "a2a": 5}  # the door's collective numbers (_netdoor.c)
+NAMES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def door(comm: Any, replays: NetReplays, keys: Any) -> Any:
+    """The C front door (hpccl/csrc/_netdoor.c) for ``comm``'s replayed calls: handed every recording of
+    ``replays``, reading arrays as ``keys`` (memory/cuda.py CallKeys) does, counted in comm's statistics.
+    None when HPCCL_NET_DOOR is off, the engine lacks it, or comm's calls are checked, traced or steps of
+    another call (their Python path does more per call)."""
+    from ..observe.recorder import Recorder
+    if not config.get("HPCCL_NET_DOOR") or comm._check_calls or comm._observed or type(comm._rec) is not Recorder:
+        return None
+    from ..transport.engine import _ne
+    if _ne is None or not hasattr(_ne, "NetDoor"):
+        return None
+    import sys
+    from ..errors import HpcclSystemError
+    from ..memory.interop import CUDA
+    torch = sys.modules.get("torch")
+    tt = (torch.Tensor, torch.nn.Parameter) if torch is not None and hasattr(torch, "nn") else ()
+    d = _ne.NetDoor(comm, keys._cp_nd, keys._cp_contig, keys._cur_stream, tt, NAMES, HpcclSystemError)
+    replays.door, replays.nranks = d, comm.size
+    comm._rec.stats.external.append(lambda: d.rows(CUDA))
+    return d

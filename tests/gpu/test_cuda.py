@@ -283,18 +283,44 @@ def test_force_drops_launch_snapshots(world):
     assert float(x[0]) == comm.size ** 4
 
 
-def test_network_calls_replay_from_c(world):
-    """Across nodes with one rank per node, a repeated call is enqueued from its recording by one C call
-    (hpccl/csrc/_netreplay.c): every collective, small and sliced sizes, two streams alternating, the input
-    written on the stream just before each call and the output checked just after, no host sync; then
-    the odd ranks stop replaying while the even ones go on (the messages agree either way)."""
-    import cupy
-    comm, dev = world
+@pytest.fixture(params=["python", "door"])
+def replay_way(request, world, monkeypatch):
+    """How repeated calls across nodes reach their recordings: NetReplays.fire from Python, or the C front
+    door (hpccl/csrc/_netdoor.c, HPCCL_NET_DOOR=1) at each collective's entry; every recording is made
+    again under that way and dropped afterwards. Yields the door (None: the Python way)."""
+    from hpccl.gpu import netreplay
+    comm, _dev = world
     reps = comm._dev.replays if comm._dev is not None else None
     if reps is None:
         pytest.skip("replays serve GPU calls across nodes with one rank per node (HPCCL_NODE_ID=split:1 "
                     f"and the network engine); this layout has {comm.num_nodes} node(s), "
                     f"{comm.local_size} rank(s) per node")
+    saved = comm._door
+    reps.drop()
+    reps.door, comm._door = None, None
+    if request.param == "door":
+        monkeypatch.setenv("HPCCL_NET_DOOR", "1")
+        comm._door = netreplay.door(comm, reps, comm._dev.keys)
+        assert comm._door is not None, "no door was made (a traced or checked communicator?)"
+    try:
+        yield comm._door
+    finally:
+        reps.drop()
+        reps.door = None
+        comm._door = saved
+        if saved is not None:
+            reps.door = saved
+
+
+def test_network_calls_replay_from_c(world, replay_way):
+    """Across nodes with one rank per node, a repeated call is enqueued from its recording by one C call
+    (hpccl/csrc/_netreplay.c), reached from Python or through the C front door: every collective, small and
+    sliced sizes, two streams alternating, the input written on the stream just before each call and the
+    output checked just after, no host sync; then the odd ranks stop replaying while the even ones go on
+    (the messages agree either way)."""
+    import cupy
+    comm, dev = world
+    reps, door = comm._dev.replays, replay_way
     n, r = comm.size, comm.rank
     streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
     bad = cupy.zeros(6, dtype=cupy.int64)  # wrong elements per collective
@@ -333,22 +359,27 @@ def test_network_calls_replay_from_c(world):
         for s in streams:
             s.synchronize()
 
-    before = reps.replayed
+    before, seq0 = reps.replayed, comm._seq
     for count in (13, (1 << 20) + 5):  # one step, and steps in 1 MiB slices
         run(count)
     assert bad.tolist() == [0] * 6
     # each key's first call is recorded: 2 streams, and n roots x 2 streams for broadcast
     assert reps.replayed - before >= 2 * (5 * (iters - 2) + iters - 2 * n), reps.replayed - before
+    assert comm._seq - seq0 == 2 * 6 * iters  # every call numbered, through the door or not
+    if door is not None:  # every replay went through the door, and is in the statistics
+        assert door.fired == reps.replayed - before
+        stats = comm.stats()
+        assert sum(v["calls"] for c in stats.values() for k, v in c.items() if k == "replayed (cuda)") >= door.fired
     saved = comm._dev.replays
     if r % 2:
-        comm._dev.replays = None  # these ranks run every call in Python from here on
+        comm._dev.replays, comm._door = None, None  # these ranks run every call in Python from here on
     try:
         done = reps.replayed
         run(4099)
         assert bad.tolist() == [0] * 6
         assert (reps.replayed > done) == (r % 2 == 0)
     finally:
-        comm._dev.replays = saved
+        comm._dev.replays, comm._door = saved, door
     comm.synchronize()
 
 

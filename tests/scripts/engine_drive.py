@@ -2,7 +2,7 @@
 (tests/test_sanitizers.py): messages, probes for point-to-point messages from another thread, the compiled path across nodes (NetHot) on two threads, gated steps whose ready words another thread writes, templates
 armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
 threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token, the other's a piped
-step whose batch the engine thread cuts), a failed step released with a send UCX holds, the watchdog's thread
+step whose batch the engine thread cuts) and through the C front door (NetDoor), a failed step released with a send UCX holds, the watchdog's thread
 releasing a held engine's words, abort, control messages, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
@@ -204,7 +204,45 @@ for t in threads:
 assert ran == [40, 40] and all(p.runs == 40 for p in progs), ran
 assert [pw[r][1] for r in range(2)] == [40, 80], [pw[r][1] for r in range(2)]  # every replayed batch ended
 assert a.error() is None and b.error() is None
-del progs
+
+
+class Arr:  # what the C front door reads off a CuPy array
+    def __init__(self, a):
+        self.a, self.size, self.dtype, self._c_contiguous = a, a.size, a.dtype, True
+        self.data = type("Ptr", (), {"ptr": a.ctypes.data})()
+
+
+class Comm:  # what it reads and writes on a communicator
+    _group, _destroyed, _aborted, _seq = None, False, False, 0
+
+    def __init__(self):
+        self._waiter = type("W", (), {"collective": "", "seq": 0})()
+        self._transports = []
+
+
+NAMES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all")
+comms, arrs = [Comm(), Comm()], [Arr(src[r]) for r in range(2)]
+doors = [ne.NetDoor(comms[r], Arr, True, None, (), NAMES, RuntimeError) for r in range(2)]
+for r in range(2):
+    x = arrs[r]
+    assert doors[r].put(1, (x.data.ptr, x.size, x.dtype, True), None, "sum", 0, 1, progs[r], x.a.nbytes)
+
+
+def door_calls(r):  # replays through the door, each rank's caller on its own thread
+    for i in range(20):
+        assert doors[r].fire(1, arrs[r], None, "sum", 0, 1)
+        assert not doors[r].fire(1, arrs[r], None, "max", 0, 1)
+
+
+threads = [threading.Thread(target=door_calls, args=(r,)) for r in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert [d.fired for d in doors] == [20, 20] and [c._seq for c in comms] == [20, 20]
+assert until(lambda: [pw[r][1] for r in range(2)] == [60, 120]), [pw[r][1] for r in range(2)]
+doors[0].drop()
+del doors, progs
 
 # a failed staged step left with a send UCX cannot cancel (1 MiB: rendezvous; its peer never receives) is
 # released at its timeout: its done word written and the engine lingering while the send stays in flight;

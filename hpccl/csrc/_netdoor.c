@@ -1,0 +1,521 @@
+/* The C front door of repeated GPU calls across nodes (hpccl/gpu/netreplay.py keeps what it opens onto).
+
+   A replayed network call used to spend a few microseconds of Python before its C replay: building the key
+   (the arrays' addresses, counts, dtypes, the stream) as nested tuples, hashing it (Enum and dtype hashes
+   run Python code), formatting the label, the sequence number, announcing it to each transport and counting
+   it in the statistics. NetDoor.fire() does all of it in one C call: it reads the key straight off a CuPy
+   array or a CUDA torch tensor, finds the recording in its own table, replays it (nr_run, _netreplay.c) and
+   does the bookkeeping the Python path does (the communicator's _seq, the waiter's collective and seq, each
+   transport's announce(seq), calls/bytes/seconds per collective).
+
+   A hit needs everything the Python key holds to be equal, dtype and op by identity (the objects are held
+   while their entry lives): anything else is a miss, and a miss changes nothing, so the caller goes on the
+   Python way, which finds the same recording by equality or records the call. fire() declines as well
+   while the communicator is in a group, destroyed or aborted, and when the replay cannot run now
+   (capturing, a failed engine: rc 1 or 2 of nr_run), so that the Python path reports or captures. */
+#include "_netpy.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define ND_COLLS 6     /* all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all */
+#define ND_SLOTS 512   /* the table: twice netreplay.MAX_PROGRAMS, so that probes stay short */
+#define ND_MAX (ND_SLOTS / 2)
+
+typedef struct {
+  int used, code, has_recv;
+  int scontig, rcontig;
+  uint64_t sptr, scount, rptr, rcount, stream;
+  long long root;
+  PyObject *sdt, *rdt, *op;  /* compared by identity; held so that no other object can take their address */
+  PyObject *prog;            /* the NetProgram */
+  unsigned long long nbytes; /* what the statistics count per call */
+} nd_entry;
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *comm;            /* the Communicator: _group, _destroyed, _aborted, _seq, _waiter, _transports */
+  PyObject *cp_type;         /* cupy.ndarray, or None */
+  PyObject *cur_stream;      /* cupy.cuda.get_current_stream, or None */
+  PyObject *torch_types;     /* a tuple of torch's tensor types (exact), maybe empty */
+  PyObject *names;           /* a tuple of ND_COLLS str: the collectives' names (labels, waiter) */
+  PyObject *errcls;          /* what a failed driver call raises (HpcclSystemError) */
+  int cp_contig_attr;        /* CuPy's arrays have the _c_contiguous attribute (else flags.c_contiguous) */
+  int n;
+  nd_entry tab[ND_SLOTS];
+  unsigned long long calls[ND_COLLS], bytes[ND_COLLS];
+  double secs[ND_COLLS];
+  long long fired;
+} NetDoor;
+
+static PyObject *s_group, *s_destroyed, *s_aborted, *s_seq, *s_wseq, *s_waiter, *s_transports, *s_announce,
+    *s_collective, *s_data, *s_ptr, *s_size, *s_dtype, *s_c_contig, *s_flags, *s_c_contiguous, *s_is_cuda,
+    *s_data_ptr, *s_numel, *s_is_contiguous, *s_cuda_stream;
+
+static int nd_intern(void) {
+  if (s_group) return 0;
+#define IN(v, t) if (!(v = PyUnicode_InternFromString(t))) return -1
+  IN(s_group, "_group"); IN(s_destroyed, "_destroyed"); IN(s_aborted, "_aborted"); IN(s_seq, "_seq"); IN(s_wseq, "seq");
+  IN(s_waiter, "_waiter"); IN(s_transports, "_transports"); IN(s_announce, "announce");
+  IN(s_collective, "collective"); IN(s_data, "data"); IN(s_ptr, "ptr"); IN(s_size, "size");
+  IN(s_dtype, "dtype"); IN(s_c_contig, "_c_contiguous"); IN(s_flags, "flags"); IN(s_c_contiguous, "c_contiguous");
+  IN(s_is_cuda, "is_cuda"); IN(s_data_ptr, "data_ptr"); IN(s_numel, "numel");
+  IN(s_is_contiguous, "is_contiguous"); IN(s_cuda_stream, "cuda_stream");
+#undef IN
+  return 0;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  return h;
+}
+
+static uint64_t nd_hash(const nd_entry *e) {
+  uint64_t h = (uint64_t)e->code;
+  h = mix(h, e->sptr); h = mix(h, e->scount); h = mix(h, (uint64_t)(uintptr_t)e->sdt);
+  h = mix(h, e->rptr); h = mix(h, e->rcount); h = mix(h, e->stream); h = mix(h, (uint64_t)e->root);
+  h = mix(h, (uint64_t)(uintptr_t)e->op);
+  h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33;
+  return h;
+}
+
+static int nd_same(const nd_entry *a, const nd_entry *b) {
+  return a->code == b->code && a->sptr == b->sptr && a->scount == b->scount && a->sdt == b->sdt &&
+         a->scontig == b->scontig && a->has_recv == b->has_recv && a->rptr == b->rptr &&
+         a->rcount == b->rcount && a->rdt == b->rdt && a->rcontig == b->rcontig && a->stream == b->stream &&
+         a->root == b->root && a->op == b->op;
+}
+
+static nd_entry *nd_find(NetDoor *d, const nd_entry *k) {
+  for (uint64_t i = nd_hash(k), n = 0; n < ND_SLOTS; i++, n++) {
+    nd_entry *e = &d->tab[i % ND_SLOTS];
+    if (!e->used) return NULL;
+    if (nd_same(e, k)) return e;
+  }
+  return NULL;
+}
+
+static void nd_clear_entry(nd_entry *e) {
+  Py_CLEAR(e->sdt);
+  Py_CLEAR(e->rdt);
+  Py_CLEAR(e->op);
+  Py_CLEAR(e->prog);
+  e->used = 0;
+}
+
+static void nd_drop(NetDoor *d) {
+  for (int i = 0; i < ND_SLOTS; i++)
+    if (d->tab[i].used) nd_clear_entry(&d->tab[i]);
+  d->n = 0;
+}
+
+/* a Python int as uint64 (addresses, counts): 0 when it is not one (error cleared) */
+static int u64_of(PyObject *o, uint64_t *out) {
+  if (!o || !PyLong_Check(o)) return 0;
+  unsigned long long v = PyLong_AsUnsignedLongLong(o);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static int attr_u64(PyObject *o, PyObject *name, uint64_t *out) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) return 0;
+  int ok = u64_of(v, out);
+  Py_DECREF(v);
+  return ok;
+}
+
+static int call_u64(PyObject *o, PyObject *name, uint64_t *out) {
+  PyObject *v = PyObject_CallMethodNoArgs(o, name);
+  if (!v) return 0;
+  int ok = u64_of(v, out);
+  Py_DECREF(v);
+  return ok;
+}
+
+/* 1 and a truth value, or 0 (error cleared) */
+static int truth(PyObject *v, int *out) {
+  if (!v) return 0;
+  int t = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  if (t < 0) return 0;
+  *out = t;
+  return 1;
+}
+
+/* the key of one buffer as netreplay's CallKeys reads it: (address, count, dtype (borrowed: the array holds
+   it), C-contiguous); *kind 1 CuPy, 2 torch; 0 when the object is neither (or reading it failed) */
+static int nd_buf(NetDoor *d, PyObject *o, uint64_t *ptr, uint64_t *count, PyObject **dt, int *contig, int *kind) {
+  PyTypeObject *t = Py_TYPE(o);
+  if ((PyObject *)t == d->cp_type) {
+    PyObject *data = PyObject_GetAttr(o, s_data);
+    if (!data) goto fail;
+    int ok = attr_u64(data, s_ptr, ptr);
+    Py_DECREF(data);
+    if (!ok || !attr_u64(o, s_size, count)) goto fail;
+    if (d->cp_contig_attr) {
+      if (!truth(PyObject_GetAttr(o, s_c_contig), contig)) goto fail;
+    } else {
+      PyObject *f = PyObject_GetAttr(o, s_flags);
+      if (!f) goto fail;
+      ok = truth(PyObject_GetAttr(f, s_c_contiguous), contig);
+      Py_DECREF(f);
+      if (!ok) goto fail;
+    }
+    *kind = 1;
+  } else {
+    int torch = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(d->torch_types); i++)
+      if ((PyObject *)t == PyTuple_GET_ITEM(d->torch_types, i)) torch = 1;
+    if (!torch) return 0;
+    int cuda = 0;
+    if (!truth(PyObject_GetAttr(o, s_is_cuda), &cuda) || !cuda) goto fail;
+    if (!call_u64(o, s_data_ptr, ptr) || !call_u64(o, s_numel, count)) goto fail;
+    if (!truth(PyObject_CallMethodNoArgs(o, s_is_contiguous), contig)) goto fail;
+    *kind = 2;
+  }
+  PyObject *v = PyObject_GetAttr(o, s_dtype);
+  if (!v) goto fail;
+  *dt = v;
+  Py_DECREF(v);  /* the array holds its dtype for the whole call */
+  return 1;
+fail:
+  PyErr_Clear();
+  return 0;
+}
+
+/* the stream as CallKeys reads it: an int as given, else .ptr or .cuda_stream; None: CuPy's current stream
+   for a CuPy array (a torch tensor with no stream: declined, Python reads torch's current stream) */
+static int nd_stream(NetDoor *d, PyObject *stream, int kind, uint64_t *out) {
+  if (stream == Py_None) {
+    if (kind != 1 || d->cur_stream == Py_None) return 0;
+    PyObject *s = PyObject_CallNoArgs(d->cur_stream);
+    if (!s) goto fail;
+    int ok = attr_u64(s, s_ptr, out);
+    Py_DECREF(s);
+    if (!ok) goto fail;
+    return 1;
+  }
+  if (PyLong_CheckExact(stream)) {
+    if (!u64_of(stream, out)) goto fail;
+    return 1;
+  }
+  if (attr_u64(stream, s_ptr, out)) return 1;
+  PyErr_Clear();
+  if (attr_u64(stream, s_cuda_stream, out)) return 1;
+fail:
+  PyErr_Clear();
+  return 0;
+}
+
+/* code, op and root of a call's key (fire()'s and put()'s first, fourth and fifth arguments); 0: not taken */
+static int nd_head(PyObject *const *a, nd_entry *k) {
+  memset(k, 0, sizeof *k);
+  long code = PyLong_AsLong(a[0]);
+  if (code < 0 || code >= ND_COLLS || !PyLong_CheckExact(a[4])) {
+    PyErr_Clear();
+    return 0;
+  }
+  k->code = (int)code;
+  k->op = a[3];
+  k->root = PyLong_AsLongLong(a[4]);
+  if (k->root == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  return 1;
+}
+
+/* the key of the call fire() is given; 0: not a call the door takes */
+static int nd_key(NetDoor *d, PyObject *const *a, nd_entry *k) {
+  if (!nd_head(a, k)) return 0;
+  int kind = 0, rkind = 0;
+  if (!nd_buf(d, a[1], &k->sptr, &k->scount, &k->sdt, &k->scontig, &kind)) return 0;
+  if (a[2] != Py_None) {
+    if (!nd_buf(d, a[2], &k->rptr, &k->rcount, &k->rdt, &k->rcontig, &rkind)) return 0;
+    k->has_recv = 1;
+  } else if (k->code >= 3) {
+    return 0;  /* all_gather, reduce_scatter and all_to_all allocate their output: Python does */
+  }
+  return nd_stream(d, a[5], kind, &k->stream);
+}
+
+/* one buffer's part of a Python key, (address, count, dtype, contiguous), as netreplay's CallKeys made it */
+static int nd_part(PyObject *t, uint64_t *ptr, uint64_t *count, PyObject **dt, int *contig) {
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) return 0;
+  if (!u64_of(PyTuple_GET_ITEM(t, 0), ptr) || !u64_of(PyTuple_GET_ITEM(t, 1), count)) return 0;
+  *dt = PyTuple_GET_ITEM(t, 2);
+  int c = PyObject_IsTrue(PyTuple_GET_ITEM(t, 3));
+  if (c < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  *contig = c;
+  return 1;
+}
+
+/* the key put() is given: code, the send and receive parts (None: no receive buffer), op, root, stream */
+static int nd_key_parts(PyObject *const *a, nd_entry *k) {
+  if (!nd_head(a, k) || !nd_part(a[1], &k->sptr, &k->scount, &k->sdt, &k->scontig)) return 0;
+  if (a[2] != Py_None) {
+    if (!nd_part(a[2], &k->rptr, &k->rcount, &k->rdt, &k->rcontig)) return 0;
+    k->has_recv = 1;
+  } else if (k->code >= 3) {
+    return 0;
+  }
+  return u64_of(a[5], &k->stream);
+}
+
+static int nd_truthy_attr(PyObject *o, PyObject *name) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  if (!v) return -1;
+  int t = PyObject_IsTrue(v);
+  Py_DECREF(v);
+  return t;
+}
+
+static double nd_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* the Python path's bookkeeping after an enqueued replay (core/comm.py _net_fire and _fired) */
+static int nd_account(NetDoor *d, int code, long long seq) {
+  PyObject *so = PyLong_FromLongLong(seq);
+  if (!so) return -1;
+  int rc = -1;
+  PyObject *waiter = NULL, *ts = NULL;
+  if (PyObject_SetAttr(d->comm, s_seq, so) < 0) goto out;
+  if (!(waiter = PyObject_GetAttr(d->comm, s_waiter))) goto out;
+  if (PyObject_SetAttr(waiter, s_collective, PyTuple_GET_ITEM(d->names, code)) < 0 ||
+      PyObject_SetAttr(waiter, s_wseq, so) < 0)
+    goto out;
+  if (!(ts = PyObject_GetAttr(d->comm, s_transports))) goto out;
+  PyObject *seqf = PySequence_Fast(ts, "_transports is not a sequence");
+  if (!seqf) goto out;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seqf); i++) {
+    PyObject *r = PyObject_CallMethodOneArg(PySequence_Fast_GET_ITEM(seqf, i), s_announce, so);
+    if (!r) {
+      Py_DECREF(seqf);
+      goto out;
+    }
+    Py_DECREF(r);
+  }
+  Py_DECREF(seqf);
+  rc = 0;
+out:
+  Py_XDECREF(ts);
+  Py_XDECREF(waiter);
+  Py_DECREF(so);
+  return rc;
+}
+
+static PyObject *NetDoor_fire(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
+  if (na != 6) {
+    PyErr_SetString(PyExc_TypeError, "fire(code, sendbuf, recvbuf, op, root, stream)");
+    return NULL;
+  }
+  if (d->n == 0) Py_RETURN_FALSE;
+  nd_entry k;
+  if (!nd_key(d, a, &k)) Py_RETURN_FALSE;
+  nd_entry *e = nd_find(d, &k);
+  if (!e) Py_RETURN_FALSE;
+  PyObject *g = PyObject_GetAttr(d->comm, s_group);
+  if (!g) return NULL;
+  int grouped = g != Py_None;
+  Py_DECREF(g);
+  int gone = nd_truthy_attr(d->comm, s_destroyed), aborted = nd_truthy_attr(d->comm, s_aborted);
+  if (gone < 0 || aborted < 0) return NULL;
+  if (grouped || gone || aborted) Py_RETURN_FALSE;
+  PyObject *so = PyObject_GetAttr(d->comm, s_seq);
+  if (!so) return NULL;
+  long long seq = PyLong_AsLongLong(so) + 1;
+  Py_DECREF(so);
+  if (seq == 0 && PyErr_Occurred()) return NULL;
+  double t0 = nd_now();
+  char label[96];
+  snprintf(label, sizeof label, "%s #%lld", PyUnicode_AsUTF8(PyTuple_GET_ITEM(d->names, e->code)), seq);
+  PyObject *prog = e->prog;
+  Py_INCREF(prog);  /* a transport's announce could drop the table */
+  int rc = nr_run(prog, (unsigned long long)k.stream, label);
+  Py_DECREF(prog);
+  if (rc < 0) {  /* a driver call failed: raised as the Python path raises it */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+    Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+    if (msg) {
+      PyErr_SetObject(d->errcls, msg);
+      Py_DECREF(msg);
+    }
+    return NULL;
+  }
+  if (rc) Py_RETURN_FALSE;
+  int code = k.code;
+  unsigned long long nb = e->nbytes;
+  if (nd_account(d, code, seq) < 0) return NULL;
+  d->calls[code]++;
+  d->bytes[code] += nb;
+  d->secs[code] += nd_now() - t0;
+  d->fired++;
+  Py_RETURN_TRUE;
+}
+
+static PyObject *NetDoor_put(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
+  if (na != 8) {
+    PyErr_SetString(PyExc_TypeError, "put(code, send_key, recv_key, op, root, stream, program, nbytes)");
+    return NULL;
+  }
+  if (!PyObject_TypeCheck(a[6], &NetProgramType)) {
+    PyErr_SetString(PyExc_TypeError, "put: program must be a NetProgram");
+    return NULL;
+  }
+  unsigned long long nb = PyLong_AsUnsignedLongLong(a[7]);
+  if (nb == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+  nd_entry k;
+  if (!nd_key_parts(a, &k) || d->n >= ND_MAX || nd_find(d, &k)) Py_RETURN_FALSE;
+  uint64_t i = nd_hash(&k);
+  while (d->tab[i % ND_SLOTS].used) i++;
+  nd_entry *e = &d->tab[i % ND_SLOTS];
+  *e = k;
+  e->used = 1;
+  e->nbytes = nb;
+  Py_INCREF(e->sdt);
+  Py_XINCREF(e->rdt);
+  Py_INCREF(e->op);
+  Py_INCREF(a[6]);
+  e->prog = a[6];
+  d->n++;
+  Py_RETURN_TRUE;
+}
+
+static PyObject *NetDoor_drop(NetDoor *d, PyObject *unused) {
+  (void)unused;
+  nd_drop(d);
+  Py_RETURN_NONE;
+}
+
+static PyObject *NetDoor_rows(NetDoor *d, PyObject *kind) {
+  PyObject *out = PyList_New(0);
+  if (!out) return NULL;
+  for (int c = 0; c < ND_COLLS; c++) {
+    if (!d->calls[c]) continue;
+    PyObject *row = Py_BuildValue("(OOsKKd)", PyTuple_GET_ITEM(d->names, c), kind, "replayed", d->calls[c],
+                                  d->bytes[c], d->secs[c]);
+    if (!row || PyList_Append(out, row) < 0) {
+      Py_XDECREF(row);
+      Py_DECREF(out);
+      return NULL;
+    }
+    Py_DECREF(row);
+  }
+  return out;
+}
+
+static Py_ssize_t NetDoor_len(NetDoor *d) { return d->n; }
+
+static PyObject *NetDoor_get_fired(NetDoor *d, void *unused) {
+  (void)unused;
+  return PyLong_FromLongLong(d->fired);
+}
+
+static int NetDoor_init(NetDoor *d, PyObject *args, PyObject *kw) {
+  static char *kwlist[] = {"comm", "cupy_type", "cupy_contig", "current_stream", "torch_types", "names", "error",
+                           NULL};
+  PyObject *comm, *cp, *cur, *tt, *names, *err;
+  int contig_attr;
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOpOO!O!O", kwlist, &comm, &cp, &contig_attr, &cur, &PyTuple_Type,
+                                   &tt, &PyTuple_Type, &names, &err))
+    return -1;
+  if (nd_intern() < 0) return -1;
+  if (PyTuple_GET_SIZE(names) != ND_COLLS) {
+    PyErr_SetString(PyExc_ValueError, "names: one str per collective (6)");
+    return -1;
+  }
+  for (int i = 0; i < ND_COLLS; i++)
+    if (!PyUnicode_Check(PyTuple_GET_ITEM(names, i))) {
+      PyErr_SetString(PyExc_TypeError, "names: str");
+      return -1;
+    }
+  nd_drop(d);
+  Py_INCREF(comm); Py_XSETREF(d->comm, comm);
+  Py_INCREF(cp); Py_XSETREF(d->cp_type, cp);
+  Py_INCREF(cur); Py_XSETREF(d->cur_stream, cur);
+  Py_INCREF(tt); Py_XSETREF(d->torch_types, tt);
+  Py_INCREF(names); Py_XSETREF(d->names, names);
+  Py_INCREF(err); Py_XSETREF(d->errcls, err);
+  d->cp_contig_attr = contig_attr;
+  return 0;
+}
+
+static int NetDoor_traverse(NetDoor *d, visitproc visit, void *arg) {
+  Py_VISIT(d->comm);
+  Py_VISIT(d->cp_type);
+  Py_VISIT(d->cur_stream);
+  Py_VISIT(d->torch_types);
+  Py_VISIT(d->errcls);
+  for (int i = 0; i < ND_SLOTS; i++)
+    if (d->tab[i].used) {
+      Py_VISIT(d->tab[i].op);
+      Py_VISIT(d->tab[i].prog);
+    }
+  return 0;
+}
+
+static int NetDoor_clear(NetDoor *d) {
+  nd_drop(d);
+  Py_CLEAR(d->comm);
+  Py_CLEAR(d->cp_type);
+  Py_CLEAR(d->cur_stream);
+  Py_CLEAR(d->torch_types);
+  Py_CLEAR(d->names);
+  Py_CLEAR(d->errcls);
+  return 0;
+}
+
+static void NetDoor_dealloc(NetDoor *d) {
+  PyObject_GC_UnTrack(d);
+  NetDoor_clear(d);
+  Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+static PyMethodDef NetDoor_methods[] = {
+  {"fire", (PyCFunction)(void (*)(void))NetDoor_fire, METH_FASTCALL,
+   "fire(code, sendbuf, recvbuf, op, root, stream) -> True: replayed and counted; False: not taken, nothing "
+   "changed (the Python path runs)"},
+  {"put", (PyCFunction)(void (*)(void))NetDoor_put, METH_FASTCALL,
+   "put(code, send_key, recv_key, op, root, stream, program, nbytes) -> True when kept: a fire() whose "
+   "buffers read as send_key and recv_key ((address, count, dtype, contiguous) or None) replays program"},
+  {"drop", (PyCFunction)NetDoor_drop, METH_NOARGS, "forget every entry"},
+  {"rows", (PyCFunction)NetDoor_rows, METH_O,
+   "rows(kind) -> [(collective, kind, 'replayed', calls, bytes, seconds)] for the statistics"},
+  {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef NetDoor_getset[] = {
+  {"fired", (getter)NetDoor_get_fired, NULL, "calls replayed through the door", NULL},
+  {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods NetDoor_seq = {.sq_length = (lenfunc)NetDoor_len};
+
+PyTypeObject NetDoorType = {
+  PyVarObject_HEAD_INIT(NULL, 0)
+  .tp_name = "hpccl._netengine.NetDoor",
+  .tp_basicsize = sizeof(NetDoor),
+  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+  .tp_doc = "NetDoor(comm, cupy_type, cupy_contig, current_stream, torch_types, names, error): repeated GPU "
+            "calls across nodes keyed, replayed and counted in one C call.",
+  .tp_methods = NetDoor_methods,
+  .tp_getset = NetDoor_getset,
+  .tp_as_sequence = &NetDoor_seq,
+  .tp_init = (initproc)NetDoor_init,
+  .tp_new = PyType_GenericNew,
+  .tp_traverse = (traverseproc)NetDoor_traverse,
+  .tp_clear = (inquiry)NetDoor_clear,
+  .tp_dealloc = (destructor)NetDoor_dealloc,
+};

@@ -1,0 +1,275 @@
+"""The C front door of replayed GPU calls across nodes (hpccl/csrc/_netdoor.c, HPCCL_NET_DOOR), on the CPU.
+
+Two real engines talk over UCX; the CUDA driver is test_net_replay's stand-in (streams are threads running
+enqueued work on host memory), the communicator a stand-in with the attributes the door reads and writes,
+and the arrays stand-ins of CuPy's and torch's types (the door is handed the types to take). Checked: a
+call whose key matches a recording is replayed, its result right and its bookkeeping the Python path's
+(sequence number, waiter, every transport's announce, statistics); anything else that differs in the key,
+a group, a destroyed or aborted communicator, a capturing stream or a failed engine is declined with
+nothing changed; a rank replaying through the door and a peer on the Python path match."""
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_net_replay as tr  # noqa: E402
+
+from hpccl.gpu import netreplay  # noqa: E402
+
+ne = tr.ne
+if not hasattr(ne, "NetDoor"):
+    pytest.skip("this build of the network engine has no NetDoor", allow_module_level=True)
+
+COUNT = 2600  # 10400 bytes in 4 KiB slices: 3 network steps per call
+F32 = np.dtype(np.float32)
+
+
+class Ptr:
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class CpArray:
+    """What the door reads off a CuPy array: data.ptr, size, dtype, _c_contiguous (host memory here)."""
+
+    def __init__(self, a: np.ndarray, contiguous: bool = True) -> None:
+        self.a, self.data, self.size, self.dtype = a, Ptr(a.ctypes.data), a.size, a.dtype
+        self._c_contiguous = contiguous
+
+
+class TorchDtype:
+    itemsize = 4
+
+
+FLOAT = TorchDtype()  # torch's dtypes are singletons
+
+
+class Tensor:
+    """What the door reads off a torch tensor: is_cuda, data_ptr(), numel(), is_contiguous(), dtype."""
+
+    is_cuda = True
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.a, self.dtype = a, FLOAT
+
+    def data_ptr(self) -> int:
+        return self.a.ctypes.data
+
+    def numel(self) -> int:
+        return self.a.size
+
+    def is_contiguous(self) -> bool:
+        return True
+
+
+class Waiter:
+    collective, seq = "", 0
+
+
+class Transport:
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def announce(self, seq: int) -> None:
+        self.seen.append(seq)
+
+
+class Comm:
+    """The attributes of a Communicator the door reads (group, destroyed, aborted, seq) and writes."""
+
+    def __init__(self) -> None:
+        self._group, self._destroyed, self._aborted, self._seq = None, False, False, 0
+        self._waiter, self._transports = Waiter(), [Transport(), Transport()]
+
+
+class Failed(Exception):
+    pass
+
+
+def _door(comm: Comm, reps: netreplay.NetReplays):
+    d = ne.NetDoor(comm, CpArray, True, lambda: Ptr(1), (Tensor,), netreplay.NAMES, Failed)
+    reps.door, reps.nranks = d, 2
+    return d
+
+
+def _key(coll: str, send, recv, op, root: int = -1, st: int = 1) -> tuple:
+    part = lambda b: (b.data.ptr, b.size, b.dtype, b._c_contiguous)  # noqa: E731 - as CallKeys reads CuPy
+    return (coll, part(send), None if recv is None else part(recv), op, root, st)
+
+
+@pytest.fixture()
+def ranks(pair):
+    """Two ranks, each a staged net on the stand-in GPU, its recordings, a door and a communicator, with the
+    all_reduce of x into y (sum) recorded on both."""
+    (ea, eb), gpus = pair
+    nets = [tr._net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
+    reps = [netreplay.NetReplays(n, tr.Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    comms = [Comm(), Comm()]
+    doors = [_door(c, r) for c, r in zip(comms, reps)]
+    xs = [CpArray(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
+    ys = [CpArray(np.zeros(COUNT, np.float32)) for _ in range(2)]
+    for r in range(2):
+        key = _key("ar", xs[r], ys[r], "sum")
+        rec = reps[r].start(key, 1)
+        tr._all_reduce(nets[r], gpus[r], r, xs[r].a, ys[r].a, "all_reduce #1")
+        reps[r].finish(key, rec, True)
+        comms[r]._seq = 1
+    for g in gpus:
+        g.drain()
+    assert [len(d) for d in doors] == [1, 1] and np.all(ys[0].a == 3)
+    yield gpus, nets, reps, comms, doors, xs, ys
+    for g in gpus:
+        assert not g.failed, g.failed
+
+
+pair = tr.pair
+
+
+def test_a_recorded_call_is_replayed_and_counted_through_the_door(ranks):
+    gpus, nets, reps, comms, doors, xs, ys = ranks
+    op = "sum"
+    for i in range(2, 12):
+        for r in range(2):
+            gpus[r].q.put(lambda y=ys[r].a: y.fill(0))
+            assert doors[r].fire(0, xs[r], ys[r], op, -1, None) is True
+        for g in gpus:
+            g.drain()
+        assert np.all(ys[0].a == 3) and np.all(ys[1].a == 3), i
+    for r in range(2):
+        c = comms[r]
+        assert c._seq == 11 and (c._waiter.collective, c._waiter.seq) == ("all_reduce", 11)
+        assert [t.seen for t in c._transports] == [list(range(2, 12))] * 2
+        assert doors[r].fired == 10 and reps[r].replayed == 10
+        rows = doors[r].rows("cuda")
+        assert [row[:5] for row in rows] == [("all_reduce", "cuda", "replayed", 10, 10 * COUNT * 4)]
+        assert rows[0][5] > 0
+    assert nets[0].st.tok == 3 * 11 and tr.ctypes.c_uint32.from_address(nets[0].done_h).value == 3 * 11
+
+
+def test_a_peer_on_the_python_path_matches_a_rank_at_the_door(ranks):
+    """Rank 0 replays through the door, rank 1 through NetReplays.fire and the Python path in turn: the
+    messages (and tags) are the same, so every result is right."""
+    gpus, nets, reps, comms, doors, xs, ys = ranks
+    key1 = _key("ar", xs[1], ys[1], "sum")
+    for i in range(6):
+        gpus[0].q.put(lambda y=ys[0].a: y.fill(0))
+        assert doors[0].fire(0, xs[0], ys[0], "sum", -1, None)
+        if i % 2:
+            assert reps[1].fire(key1, f"all_reduce #{i + 2}") == 0
+        else:
+            tr._all_reduce(nets[1], gpus[1], 1, xs[1].a, ys[1].a, f"all_reduce #{i + 2}")
+        for g in gpus:
+            g.drain()
+        assert np.all(ys[0].a == 3) and np.all(ys[1].a == 3), i
+
+
+def test_anything_else_is_declined_with_nothing_changed(ranks):
+    """Each way the key or the communicator's state differs from the recording's: fire() says False, and
+    neither the sequence number, the transports, the counters nor the engine's token moved."""
+    gpus, nets, reps, comms, doors, xs, ys = ranks
+    d, c, x, y = doors[0], comms[0], xs[0], ys[0]
+    other = np.zeros(COUNT + 1, np.float32)
+    cases = {
+        "another op": (0, x, y, "max", -1, None),
+        "another collective": (1, x, y, "sum", -1, None),
+        "another root": (0, x, y, "sum", 0, None),
+        "another stream": (0, x, y, "sum", -1, 2),
+        "a stream object": (0, x, y, "sum", -1, Ptr(2)),
+        "in place": (0, x, None, "sum", -1, None),
+        "another send buffer": (0, CpArray(other[:COUNT]), y, "sum", -1, None),
+        "another count": (0, CpArray(x.a[:COUNT - 1]), y, "sum", -1, None),
+        "another dtype": (0, CpArray(x.a.view(np.int32)), y, "sum", -1, None),
+        "not contiguous": (0, CpArray(x.a, contiguous=False), y, "sum", -1, None),
+        "numpy": (0, x.a, y, "sum", -1, None),
+        "a torch tensor": (0, Tensor(x.a), Tensor(y.a), "sum", -1, 1),
+        "a root that is not an int": (0, x, y, "sum", -1.0, None),
+        "a collective number out of range": (9, x, y, "sum", -1, None),
+    }
+    for why, args in cases.items():
+        assert d.fire(*args) is False, why
+    c._group = []
+    assert d.fire(0, x, y, "sum", -1, None) is False, "in a group"
+    c._group, c._destroyed = None, True
+    assert d.fire(0, x, y, "sum", -1, None) is False, "destroyed"
+    c._destroyed, c._aborted = False, True
+    assert d.fire(0, x, y, "sum", -1, None) is False, "aborted"
+    c._aborted = False
+    gpus[0].captures = True
+    assert d.fire(0, x, y, "sum", -1, None) is False, "capturing"
+    gpus[0].captures = False
+    nets[0]._words[12] = 1  # a network kernel gave up on the engine (the stuck word)
+    assert d.fire(0, x, y, "sum", -1, None) is False, "a failed engine"
+    nets[0]._words[12] = 0
+    assert c._seq == 1 and c._transports[0].seen == [] and d.fired == 0 and d.rows("cuda") == []
+    assert nets[0].st.tok == 3
+    reps[0].drop()
+    assert len(d) == 0 and d.fire(0, x, y, "sum", -1, None) is False, "dropped"
+    with pytest.raises(TypeError):
+        d.fire(0, x, y)
+
+
+def test_torch_tensors_and_the_outputs_python_allocates(pair):
+    """A CUDA tensor's key is its data_ptr(), numel(), dtype and is_contiguous(), on the stream given (None:
+    declined, as the door cannot read torch's current stream); all_gather with no output is declined (the
+    Python path allocates it)."""
+    (ea, eb), gpus = pair
+    nets = [tr._net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
+    reps = [netreplay.NetReplays(n, tr.Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    comms = [Comm(), Comm()]
+    doors = [_door(c, r) for c, r in zip(comms, reps)]
+    xs = [Tensor(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
+    ys = [Tensor(np.zeros(COUNT, np.float32)) for _ in range(2)]
+    part = lambda t: (t.data_ptr(), t.numel(), t.dtype, True)  # noqa: E731
+    for r in range(2):
+        key = ("rs", part(xs[r]), part(ys[r]), "sum", -1, 1)  # any recording: the door only replays it
+        rec = reps[r].start(key, 1)
+        tr._all_reduce(nets[r], gpus[r], r, xs[r].a, ys[r].a, "reduce_scatter #1")
+        reps[r].finish(key, rec, True)
+    for g in gpus:
+        g.drain()
+    assert doors[0].fire(4, xs[0], ys[0], "sum", -1, None) is False  # torch's current stream: Python's
+    assert doors[0].fire(3, xs[0], None, None, -1, 1) is False
+    not_cuda = Tensor(xs[0].a)
+    not_cuda.is_cuda = False
+    assert doors[0].fire(4, not_cuda, ys[0], "sum", -1, 1) is False
+    for r in range(2):
+        gpus[r].q.put(lambda y=ys[r].a: y.fill(0))
+        assert doors[r].fire(4, xs[r], ys[r], "sum", -1, 1) is True
+    for g in gpus:
+        g.drain()
+    assert np.all(ys[0].a == 3) and np.all(ys[1].a == 3)
+    assert comms[0]._waiter.collective == "reduce_scatter" and comms[0]._seq == 1
+    assert doors[0].rows("cuda")[0][:4] == ("reduce_scatter", "cuda", "replayed", 1)
+
+
+def test_a_failed_driver_call_raises_the_doors_error(pair):
+    """The replay's first driver call (the copy of the input to staging) fails: fire() raises the error class
+    it was given (HpcclSystemError in hpccl) naming the call, counts nothing, and nothing reached the engine."""
+    (ea, eb), gpus = pair
+    net = tr._net((ea,), gpus[0], 4096)
+    fns = list(gpus[0].entry_points())
+    bad = tr.C_DTOH(lambda *a: 700)
+    fns[0] = ctypes.cast(bad, ctypes.c_void_p).value
+    reps = netreplay.NetReplays(net, tr.Mem(), tuple(fns))
+    comm = Comm()
+    door = _door(comm, reps)
+    x, y = CpArray(np.ones(COUNT, np.float32)), CpArray(np.zeros(COUNT, np.float32))
+    rec = reps.start(_key("ar", x, y, "sum"), 1)
+    tr._all_reduce(net, gpus[0], 0, x.a, y.a, "all_reduce #1")  # the peer's side: below
+    reps.finish(_key("ar", x, y, "sum"), rec, True)
+    peer, px, py = tr._net((eb,), gpus[1], 4096), x.a.copy(), np.zeros(COUNT, np.float32)
+    tr._all_reduce(peer, gpus[1], 1, px, py, "all_reduce #1")  # the stand-in stream uses px, py until drained
+    for g in gpus:
+        g.drain()
+    assert np.all(py == 2)
+    tok = net.st.tok
+    with pytest.raises(Failed, match="cuMemcpyDtoHAsync failed \\(CUresult 700\\)"):
+        door.fire(0, x, y, "sum", -1, None)
+    assert comm._seq == 0 and door.fired == 0 and door.rows("cuda") == [] and net.st.tok == tok
+    assert comm._transports[0].seen == []
+    del bad
