@@ -77,11 +77,64 @@ static PyObject *Op_done(Op *self, PyObject *noargs) {
   return PyBool_FromLong(atomic_load(&self->b->state) >= B_DONE);
 }
 
+/* Sends dropped while UCX still reads their buffers. UCX cannot cancel a send, and a rendezvous send whose
+   receiver gave up ends only when its endpoint closes; waiting for it made every such Op's unwinding cost a
+   second (an error past HPCCL_TIMEOUT). Their views are parked here instead and let go by the first sweep
+   (each Op's dealloc, each engine's close, parked()) after their batches end or their engines close.
+   Guarded by the GIL. */
+typedef struct parked {
+  struct parked *next;
+  Engine *eng;
+  batch_t *b;
+  Py_buffer view;
+} parked_t;
+
+static parked_t *parked_sends;
+static long n_parked;
+
+static void park_sweep(void) {
+  for (parked_t **pp = &parked_sends; *pp;) {
+    parked_t *p = *pp;
+    if (atomic_load(&p->b->state) >= B_DONE || p->eng->core.closed) {
+      *pp = p->next;
+      PyBuffer_Release(&p->view);
+      batch_unref(p->b);
+      Py_DECREF(p->eng);
+      free(p);
+      n_parked--;
+    } else {
+      pp = &p->next;
+    }
+  }
+}
+
+/* park o's send (its view, batch and engine move to the list); 0 when out of memory (the caller waits) */
+static int park(Op *o) {
+  parked_t *p = malloc(sizeof *p);
+  if (!p) return 0;
+  p->eng = o->eng;
+  p->b = o->b;
+  p->view = o->view;
+  p->next = parked_sends;
+  parked_sends = p;
+  n_parked++;
+  o->eng = NULL;
+  o->b = NULL;
+  o->have_view = 0;
+  return 1;
+}
+
 static void Op_dealloc(Op *self) {
+  park_sweep();
   if (self->b) {
     int st = atomic_load(&self->b->state);
+    int send = self->b->nops == 1 && self->b->ops[0].kind == K_SEND && self->have_view;
+    if (st < B_DONE && self->eng && !self->eng->core.closed && send && park(self)) {
+      Py_TYPE(self)->tp_free((PyObject *)self);
+      return;
+    }
     if (st < B_DONE && self->eng && !self->eng->core.closed) {
-      /* dropped in flight (an exception unwound past it): the buffer must outlive UCX's use of it */
+      /* a receive dropped in flight (an exception unwound past it): the buffer must outlive UCX's writes */
       op_wait_release(self, 1.0);
     }
     if (atomic_load(&self->b->state) >= B_DONE || (self->eng && self->eng->core.closed)) {
@@ -461,6 +514,7 @@ static PyObject *Engine_close(Engine *self, PyObject *noargs) {
   Py_BEGIN_ALLOW_THREADS
   engine_close(&self->core);
   Py_END_ALLOW_THREADS
+  park_sweep();
   Py_RETURN_NONE;
 }
 
@@ -564,8 +618,16 @@ static PyObject *mod_version(PyObject *m, PyObject *noargs) {
   return Py_BuildValue("((III)(ii))", maj, min, rel, UCP_API_MAJOR, UCP_API_MINOR);
 }
 
+static PyObject *mod_parked(PyObject *m, PyObject *noargs) {
+  (void)m; (void)noargs;
+  park_sweep();
+  return PyLong_FromLong(n_parked);
+}
+
 static PyMethodDef mod_methods[] = {
   {"version", mod_version, METH_NOARGS, "((loaded libucp version), (headers built against))"},
+  {"parked", mod_parked, METH_NOARGS,
+   "sends dropped in flight whose buffers are still held for UCX (after letting go of those that ended)"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",

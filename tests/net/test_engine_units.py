@@ -152,6 +152,43 @@ def test_a_failed_template_left_with_a_send_ucx_holds_answers_its_replays(pair):
     t.retire()
 
 
+def test_a_dropped_send_ucx_holds_is_parked_not_waited_for(pair):
+    """A send Op dropped in flight (an exception unwound past it) whose receiver never came: UCX cannot cancel
+    it, and dropping it used to wait a second for it (past HPCCL_TIMEOUT in a failed collective). Its buffer
+    is parked instead, held while UCX may read it, and let go once the send ends."""
+    a, b = pair
+    big = np.ones(1 << 20, np.float32)  # 4 MiB: a rendezvous send, in flight until the peer receives
+    held = sys.getrefcount(big)
+    op = a.send(1, big)
+    time.sleep(0.2)
+    assert not op.ended() and sys.getrefcount(big) == held + 1
+    t0 = time.monotonic()
+    del op
+    assert time.monotonic() - t0 < 0.2
+    assert ne.parked() == 1 and sys.getrefcount(big) == held + 1  # still held: UCX reads it when the peer comes
+    got = np.zeros_like(big)
+    assert b.recv(0, got).wait(10) and np.array_equal(got, big)
+    assert _until(lambda: ne.parked() == 0, 5.0) and sys.getrefcount(big) == held
+    small = np.zeros(4, np.float32)  # a receive dropped in flight is still waited for (UCX writes into it)
+    r = b.recv(0, small)
+    a.send(1, np.ones(4, np.float32)).wait(5)
+    del r
+    assert ne.parked() == 0 and small[0] == 1
+
+
+def test_a_parked_send_is_let_go_when_its_engine_closes():
+    a, b = engine_pair(ne)
+    big = np.ones(1 << 20, np.float32)
+    held = sys.getrefcount(big)
+    op = a.send(1, big)
+    time.sleep(0.1)
+    del op
+    assert ne.parked() == 1
+    a.close()
+    assert ne.parked() == 0 and sys.getrefcount(big) == held
+    b.close()
+
+
 def test_templates_match_by_pair_when_ranks_capture_different_steps():
     """Rank 0 captures a step with rank 1, then one with rank 2; ranks 1 and 2 capture one step each (as a
     tree or linear schedule leaves ranks out of steps): each pair numbers the templates it shares alike, so
