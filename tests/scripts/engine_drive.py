@@ -3,7 +3,7 @@
 armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
 threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token, the other's a piped
 step whose batch the engine thread cuts) and through the C front door (NetDoor), a failed step released with a send UCX holds, the watchdog's thread
-releasing a held engine's words, abort, control messages, close.
+releasing a held engine's words, abort, control messages, a dropped send parked until close, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
 """
@@ -288,6 +288,10 @@ except ne.EngineError:
     pass
 assert a.ctrl_send(1, 2, 0, 1).wait(5)
 until(lambda: bool(b.ctrl_poll()), 2.0)
+held = a.send(1, np.ones(1 << 18, np.float32))  # a rendezvous send nobody receives, dropped in flight: parked
+del held
+assert ne.parked() <= 1
 a.close()
+assert ne.parked() == 0  # let go at its engine's close
 b.close()
 print("DRIVE OK", flush=True)
