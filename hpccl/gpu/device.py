@@ -129,7 +129,8 @@ class DeviceSide:
                 self.replays, self.keys = netreplay.NetReplays(net, self.prim.mem), CallKeys()
                 comm._planner.on_drop.append(self.replays.drop)
                 comm._door = netreplay.door(comm, self.replays, self.keys)
-                self.path += ", repeated calls replayed from C" + (" through its front door" if comm._door is not None else "")
+                door = " through its front door" if comm._door is not None else ""
+                self.path += ", repeated calls replayed from C" + door
             return
         # no engine (not built, or HPCCL_NET=mpi): MPI carries device buffers through host memory, driven by
         # the proxy thread so the caller's stream keeps its order
