@@ -72,7 +72,8 @@ class Comm:
         self.rank, self.size = rank, 2
         self._front: dict = {}
         self._door = None
-        self._group, self._check_calls, self._observed, self._destroyed, self._aborted = None, False, False, False, False
+        self._group, self._check_calls, self._observed = None, False, False
+        self._destroyed, self._aborted = False, False
         self._seq = 0
         self._waiter, self._transports = Waiter(), [Transport(), Transport()]
         self._rec = Recorder("bench", rank, 2, rank)
