@@ -383,6 +383,38 @@ def test_network_calls_replay_from_c(world, replay_way):
     comm.synchronize()
 
 
+def test_torch_tensors_replay_across_nodes(world, replay_way):
+    """A repeated call on a CUDA tensor with torch's stream handle given (as the torch backend calls) replays
+    from its recording, through the door when it is on; with no stream given the door declines and Python
+    replays it. The input is written on the stream just before each call and the result checked just after."""
+    if not have_torch():
+        pytest.skip("torch with CUDA is not available")
+    import torch
+    comm, dev = world
+    reps, door = comm._dev.replays, replay_way
+    n = comm.size
+    side = torch.cuda.Stream()
+    t = torch.zeros(4099, dtype=torch.float32, device=f"cuda:{dev}")
+    bad = torch.zeros(2, dtype=torch.int64, device=f"cuda:{dev}")
+    side.wait_stream(torch.cuda.current_stream())
+    before = reps.replayed
+    with torch.cuda.stream(side):
+        for i in range(10):
+            t.fill_(float(comm.rank + i))
+            comm.all_reduce(t, stream=side.cuda_stream)
+            bad[0] += (t != float(n * i + n * (n - 1) // 2)).sum()
+        for i in range(4):
+            t.fill_(float(comm.rank + i))
+            comm.all_reduce(t)  # torch's current stream (side), read by Python
+            bad[1] += (t != float(n * i + n * (n - 1) // 2)).sum()
+    side.synchronize()
+    assert bad.tolist() == [0, 0]
+    assert reps.replayed - before == 13, reps.replayed - before  # every call but the first (recorded)
+    if door is not None:
+        assert door.fired == 9, door.fired  # the calls with a stream given, less the first (recorded)
+    comm.synchronize()
+
+
 def test_another_gpu_current(world):
     """A call made while another GPU is current (torch's test suite does this) runs in the communicator's
     GPU context (was CUDA_ERROR_INVALID_HANDLE from cuLaunchKernel) and leaves the caller's GPU current."""
