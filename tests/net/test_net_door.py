@@ -102,28 +102,36 @@ def _key(coll: str, send, recv, op, root: int = -1, st: int = 1) -> tuple:
     return (coll, part(send), None if recv is None else part(recv), op, root, st)
 
 
-@pytest.fixture()
-def ranks(pair):
-    """Two ranks, each a staged net on the stand-in GPU, its recordings, a door and a communicator, with the
-    all_reduce of x into y (sum) recorded on both."""
+def _recorded(pair, wrap, coll: str, part) -> tuple:
+    """Two ranks, each a staged net on the stand-in GPU, its recordings, a door and a communicator, with an
+    exchange of x into y (sum) recorded on both under ``coll`` (the door only replays it): x and y are
+    ``wrap``-ed arrays, their key parts read by ``part``."""
     (ea, eb), gpus = pair
     nets = [tr._net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
     reps = [netreplay.NetReplays(n, tr.Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
     comms = [Comm(), Comm()]
     doors = [_door(c, r) for c, r in zip(comms, reps)]
-    xs = [CpArray(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
-    ys = [CpArray(np.zeros(COUNT, np.float32)) for _ in range(2)]
+    xs = [wrap(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
+    ys = [wrap(np.zeros(COUNT, np.float32)) for _ in range(2)]
     for r in range(2):
-        key = _key("ar", xs[r], ys[r], "sum")
+        key = (coll, part(xs[r]), part(ys[r]), "sum", -1, 1)
         rec = reps[r].start(key, 1)
-        tr._all_reduce(nets[r], gpus[r], r, xs[r].a, ys[r].a, "all_reduce #1")
+        tr._all_reduce(nets[r], gpus[r], r, xs[r].a, ys[r].a, "#1")
         reps[r].finish(key, rec, True)
-        comms[r]._seq = 1
     for g in gpus:
         g.drain()
     assert [len(d) for d in doors] == [1, 1] and np.all(ys[0].a == 3)
-    yield gpus, nets, reps, comms, doors, xs, ys
-    for g in gpus:
+    return gpus, nets, reps, comms, doors, xs, ys
+
+
+@pytest.fixture()
+def ranks(pair):
+    """_recorded's ranks with the all_reduce of x into y recorded (the first call: seq 1)."""
+    got = _recorded(pair, CpArray, "ar", lambda b: (b.data.ptr, b.size, b.dtype, b._c_contiguous))
+    for c in got[3]:
+        c._seq = 1
+    yield got
+    for g in got[0]:
         assert not g.failed, g.failed
 
 
@@ -217,21 +225,8 @@ def test_torch_tensors_and_the_outputs_python_allocates(pair):
     """A CUDA tensor's key is its data_ptr(), numel(), dtype and is_contiguous(), on the stream given (None:
     declined, as the door cannot read torch's current stream); all_gather with no output is declined (the
     Python path allocates it)."""
-    (ea, eb), gpus = pair
-    nets = [tr._net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
-    reps = [netreplay.NetReplays(n, tr.Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
-    comms = [Comm(), Comm()]
-    doors = [_door(c, r) for c, r in zip(comms, reps)]
-    xs = [Tensor(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
-    ys = [Tensor(np.zeros(COUNT, np.float32)) for _ in range(2)]
-    part = lambda t: (t.data_ptr(), t.numel(), t.dtype, True)  # noqa: E731
-    for r in range(2):
-        key = ("rs", part(xs[r]), part(ys[r]), "sum", -1, 1)  # any recording: the door only replays it
-        rec = reps[r].start(key, 1)
-        tr._all_reduce(nets[r], gpus[r], r, xs[r].a, ys[r].a, "reduce_scatter #1")
-        reps[r].finish(key, rec, True)
-    for g in gpus:
-        g.drain()
+    gpus, nets, reps, comms, doors, xs, ys = _recorded(pair, Tensor, "rs",
+                                                       lambda t: (t.data_ptr(), t.numel(), t.dtype, True))
     assert doors[0].fire(4, xs[0], ys[0], "sum", -1, None) is False  # torch's current stream: Python's
     assert doors[0].fire(3, xs[0], None, None, -1, 1) is False
     not_cuda = Tensor(xs[0].a)
