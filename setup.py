@@ -60,7 +60,7 @@ if ucx is not None:
                           depends=["hpccl/csrc/_netcore.h", "hpccl/csrc/_netpy.h", "hpccl/csrc/_dtype.h",
                                    "hpccl/csrc/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
-                          library_dirs=[lib], libraries=["ucp", "ucs"],
+                          library_dirs=[lib], libraries=["ucp", "ucs", "ucm"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))
 else:
     print("hpccl: no UCX headers found (HPCCL_UCX_HOME, UCX_HOME, pkg-config ucx, libucx wheel): the network "

@@ -56,7 +56,7 @@ def test_engine_under_sanitizer(kind, tmp_path):
     build = subprocess.run([cc, f"-fsanitize={kind}", "-fno-omit-frame-pointer", "-g", "-O1", "-std=c11",
                             "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-isystem",
                             str(ucx / "include"), f"-I{sysconfig.get_paths()['include']}",
-                            *map(str, _sources("NET_SOURCES")), f"-L{ucx / 'lib'}", "-lucp", "-lucs",
+                            *map(str, _sources("NET_SOURCES")), f"-L{ucx / 'lib'}", "-lucp", "-lucs", "-lucm",
                             "-o", str(out)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-3000:]
     env = dict(os.environ, LD_PRELOAD=runtime, UCX_MEM_EVENTS="no", UCX_WARN_UNUSED_ENV_VARS="n", **opts)

@@ -4,13 +4,14 @@
    ne_err a call fills in into a Python exception, and releases the GIL around the calls that may block. */
 #include "_netcore.h"
 
+#include <ucm/api/ucm.h>
+
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -60,6 +61,27 @@ int engine_alloc(engine_t *e, int rank, int size, ne_err *err) {
   return 0;
 }
 
+/* whether UCX runs without its registration cache (memory events or RCACHE_ENABLE off, from the environment,
+   a ucx.conf or the engine's settings alike): then force-closing an endpoint under a rendezvous send UCX still
+   holds crashes inside UCX (its purge invalidates the send's memory handle through the missing cache), so
+   engine_close leaves such sends, their endpoints and the worker alone. Read from UCX's own parsed settings:
+   the memory-events switch (ucm_global_opts) and the context configuration as ucp_config_print shows it. */
+static int no_rcache(const ucp_config_t *config) {
+  if (!ucm_global_opts.enable_events) return 1;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return 0;
+  ucp_config_print(config, f, NULL, UCS_CONFIG_PRINT_CONFIG);
+  fclose(f);
+  int off = 0;
+  for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    if (!strncmp(line, "UCX_RCACHE_ENABLE=n", 19) && (line[19] == '\n' || line[19] == '\0')) off = 1;
+  }
+  free(buf);
+  return off;
+}
+
 /* after engine_alloc: a UCP context (UCX's configuration plus the ``nset`` settings keys[i]=vals[i]), its
    worker, the wake-up eventfd; what was made on failure stays for engine_free */
 int engine_start_ucx(engine_t *e, int nset, const char *const *keys, const char *const *vals, ne_err *err) {
@@ -79,6 +101,7 @@ int engine_start_ucx(engine_t *e, int nset, const char *const *keys, const char 
   p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   p.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   p.name = "hpccl";
+  e->no_rcache = no_rcache(config);
   st = ucp_init(&p, config, &e->ctx);
   ucp_config_release(config);
   if (st != UCS_OK) {
@@ -374,20 +397,6 @@ static void close_eps(engine_t *self) {
   }
 }
 
-/* whether UCX runs without its registration cache (UCX_MEM_EVENTS or UCX_RCACHE_ENABLE off): then force-closing
-   an endpoint under a rendezvous send UCX still holds crashes inside UCX (its purge invalidates the send's memory
-   handle through the missing cache), so engine_close leaves such sends, their endpoints and the worker alone */
-static int rcache_off(void) {
-  const char *names[2] = {"UCX_MEM_EVENTS", "UCX_RCACHE_ENABLE"};
-  for (int i = 0; i < 2; i++) {
-    const char *v = getenv(names[i]);
-    if (v && (!strcasecmp(v, "n") || !strcasecmp(v, "no") || !strcasecmp(v, "0") || !strcasecmp(v, "off") ||
-              !strcasecmp(v, "false")))
-      return 1;
-  }
-  return 0;
-}
-
 /* stop the thread, end what is left (failed, done words written), close endpoints, worker and context;
    once (later calls return at once) */
 void engine_close(engine_t *self) {
@@ -419,7 +428,7 @@ void engine_close(engine_t *self) {
       for (int k = 0; k < b->nops; k++) if (b->ops[k].req) ucp_request_cancel(self->worker, b->ops[k].req);
     }
     for (int i = 0; i < 100 && self->nactive; i++) { ucp_worker_progress(self->worker); finalize(self); }
-    if (self->nactive && !rcache_off()) {
+    if (self->nactive && !self->no_rcache) {
       /* sends UCX cannot cancel: closing their endpoints ends them, while their batches live */
       close_eps(self);
       for (int i = 0; i < 100 && self->nactive; i++) { ucp_worker_progress(self->worker); finalize(self); }
@@ -436,7 +445,7 @@ void engine_close(engine_t *self) {
     pthread_mutex_unlock(&self->wlock);
   }
   if (leak) {
-    /* requests UCX still holds (see rcache_off): the worker and context are left to the process's end */
+    /* requests UCX still holds (see no_rcache): the worker and context are left to the process's end */
     self->worker = NULL;
     self->ctx = NULL;
   }

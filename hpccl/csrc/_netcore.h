@@ -127,6 +127,7 @@ typedef struct engine {
   int wake;                  /* eventfd: submissions wake a sleeping engine */
   pthread_t thread;
   int started;
+  int no_rcache;             /* UCX runs without its registration cache (engine_start_ucx reads its settings) */
   atomic_int stop, sleeping, aborting;
   pthread_mutex_t qlock;
   pthread_mutex_t wlock;      /* the worker and the engine-thread state: held by whoever progresses */

@@ -539,6 +539,11 @@ static PyObject *Engine_lingering(Engine *self, void *c) {
   return PyLong_FromLong(atomic_load(&self->core.lingering));
 }
 
+static PyObject *Engine_no_rcache(Engine *self, void *c) {
+  (void)c;
+  return PyBool_FromLong(self->core.no_rcache);
+}
+
 static PyObject *Engine_beats(Engine *self, void *c) {
   (void)c;
   return PyLong_FromUnsignedLongLong(atomic_load_explicit(&self->core.beats, memory_order_relaxed));
@@ -591,6 +596,9 @@ static PyGetSetDef Engine_getset[] = {
   {"wakes", (getter)Engine_wakes, NULL, "times a caller woke this engine's sleeping thread (a write(2) each)", NULL},
   {"lingering", (getter)Engine_lingering, NULL, "failed steps already answered whose sends UCX still holds (it "
    "cannot cancel a send): their memory may still be read until the peer takes them or the engine closes", NULL},
+  {"no_rcache", (getter)Engine_no_rcache, NULL, "UCX runs without its registration cache (memory events or "
+   "RCACHE_ENABLE off in the environment, a ucx.conf or the settings): sends UCX still holds at close are left "
+   "to the process's end, not force-closed", NULL},
   {"beats", (getter)Engine_beats, NULL, "rounds of the progress thread's loop so far (a held or blocked thread "
    "makes none; hpccl/gpu/netwatch.py watches them)", NULL},
   {"seq", (getter)Engine_get_seq, (setter)Engine_set_seq, "the communicator's current call number (set by "

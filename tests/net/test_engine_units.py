@@ -189,6 +189,24 @@ def test_a_parked_send_is_let_go_when_its_engine_closes():
     b.close()
 
 
+@pytest.mark.parametrize("setting", ["UCX_MEM_EVENTS=n", "UCX_RCACHE_ENABLE=n"])
+def test_closing_under_a_held_send_with_the_cache_off_in_a_ucx_conf(setting, tmp_path):
+    """UCX's registration cache turned off in a ucx.conf, not the environment: the engine reads UCX's own
+    parsed settings (no_rcache), so closing it while UCX still holds a failed step's rendezvous send leaves
+    the send alone instead of force-closing its endpoint, which crashes inside UCX without the cache (it did:
+    the check read only the environment)."""
+    import os
+    import subprocess
+    (tmp_path / "ucx.conf").write_text(setting + "\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("UCX_MEM_EVENTS", "UCX_RCACHE_ENABLE")}
+    env.update(UCX_CONFIG_DIR=str(tmp_path), UCX_WARN_UNUSED_ENV_VARS="n")
+    script = Path(__file__).resolve().parent.parent / "scripts" / "close_under_held_send.py"
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 and "CLOSED" in p.stdout, out[-2000:]
+    assert "no_rcache True" in p.stdout and "lingering 1" in p.stdout, out[-2000:]
+
+
 def test_templates_match_by_pair_when_ranks_capture_different_steps():
     """Rank 0 captures a step with rank 1, then one with rank 2; ranks 1 and 2 capture one step each (as a
     tree or linear schedule leaves ranks out of steps): each pair numbers the templates it shares alike, so
