@@ -38,6 +38,7 @@ typedef struct {
   PyObject *comm;            /* the Communicator: _group, _destroyed, _aborted, _seq, _waiter, _transports */
   PyObject *cp_type;         /* cupy.ndarray, or None */
   PyObject *cur_stream;      /* cupy.cuda.get_current_stream, or None */
+  PyObject *torch_stream;    /* tensor -> torch's current stream on its device (an int), or None */
   PyObject *torch_types;     /* a tuple of torch's tensor types (exact), maybe empty */
   PyObject *names;           /* a tuple of ND_COLLS str: the collectives' names (labels, waiter) */
   PyObject *errcls;          /* what a failed driver call raises (HpcclSystemError) */
@@ -189,11 +190,19 @@ fail:
   return 0;
 }
 
-/* the stream as CallKeys reads it: an int as given, else .ptr or .cuda_stream; None: CuPy's current stream
-   for a CuPy array (a torch tensor with no stream: declined, Python reads torch's current stream) */
-static int nd_stream(NetDoor *d, PyObject *stream, int kind, uint64_t *out) {
+/* the stream as CallKeys reads it: an int as given, else .ptr or .cuda_stream; None: the current stream of
+   the buffer's library, CuPy's for a CuPy array, torch's on the tensor's device for a tensor (``buf``) */
+static int nd_stream(NetDoor *d, PyObject *stream, int kind, PyObject *buf, uint64_t *out) {
   if (stream == Py_None) {
-    if (kind != 1 || d->cur_stream == Py_None) return 0;
+    if (kind == 2) {
+      if (d->torch_stream == Py_None) return 0;
+      PyObject *s = PyObject_CallOneArg(d->torch_stream, buf);
+      int ok = u64_of(s, out);
+      Py_XDECREF(s);
+      if (!ok) goto fail;
+      return 1;
+    }
+    if (d->cur_stream == Py_None) return 0;
     PyObject *s = PyObject_CallNoArgs(d->cur_stream);
     if (!s) goto fail;
     int ok = attr_u64(s, s_ptr, out);
@@ -242,7 +251,7 @@ static int nd_key(NetDoor *d, PyObject *const *a, nd_entry *k) {
   } else if (k->code >= 3) {
     return 0;  /* all_gather, reduce_scatter and all_to_all allocate their output: Python does */
   }
-  return nd_stream(d, a[5], kind, &k->stream);
+  return nd_stream(d, a[5], kind, a[1], &k->stream);
 }
 
 /* one buffer's part of a Python key, (address, count, dtype, contiguous), as netreplay's CallKeys made it */
@@ -427,11 +436,11 @@ static PyObject *NetDoor_get_fired(NetDoor *d, void *unused) {
 
 static int NetDoor_init(NetDoor *d, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"comm", "cupy_type", "cupy_contig", "current_stream", "torch_types", "names", "error",
-                           NULL};
-  PyObject *comm, *cp, *cur, *tt, *names, *err;
+                           "torch_stream", NULL};
+  PyObject *comm, *cp, *cur, *tt, *names, *err, *tst = Py_None;
   int contig_attr;
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOpOO!O!O", kwlist, &comm, &cp, &contig_attr, &cur, &PyTuple_Type,
-                                   &tt, &PyTuple_Type, &names, &err))
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "OOpOO!O!O|$O", kwlist, &comm, &cp, &contig_attr, &cur,
+                                   &PyTuple_Type, &tt, &PyTuple_Type, &names, &err, &tst))
     return -1;
   if (nd_intern() < 0) return -1;
   if (PyTuple_GET_SIZE(names) != ND_COLLS) {
@@ -447,6 +456,7 @@ static int NetDoor_init(NetDoor *d, PyObject *args, PyObject *kw) {
   Py_INCREF(comm); Py_XSETREF(d->comm, comm);
   Py_INCREF(cp); Py_XSETREF(d->cp_type, cp);
   Py_INCREF(cur); Py_XSETREF(d->cur_stream, cur);
+  Py_INCREF(tst); Py_XSETREF(d->torch_stream, tst);
   Py_INCREF(tt); Py_XSETREF(d->torch_types, tt);
   Py_INCREF(names); Py_XSETREF(d->names, names);
   Py_INCREF(err); Py_XSETREF(d->errcls, err);
@@ -458,6 +468,7 @@ static int NetDoor_traverse(NetDoor *d, visitproc visit, void *arg) {
   Py_VISIT(d->comm);
   Py_VISIT(d->cp_type);
   Py_VISIT(d->cur_stream);
+  Py_VISIT(d->torch_stream);
   Py_VISIT(d->torch_types);
   Py_VISIT(d->errcls);
   for (int i = 0; i < ND_SLOTS; i++)
@@ -473,6 +484,7 @@ static int NetDoor_clear(NetDoor *d) {
   Py_CLEAR(d->comm);
   Py_CLEAR(d->cp_type);
   Py_CLEAR(d->cur_stream);
+  Py_CLEAR(d->torch_stream);
   Py_CLEAR(d->torch_types);
   Py_CLEAR(d->names);
   Py_CLEAR(d->errcls);
@@ -508,8 +520,8 @@ PyTypeObject NetDoorType = {
   .tp_name = "hpccl._netengine.NetDoor",
   .tp_basicsize = sizeof(NetDoor),
   .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-  .tp_doc = "NetDoor(comm, cupy_type, cupy_contig, current_stream, torch_types, names, error): repeated GPU "
-            "calls across nodes keyed, replayed and counted in one C call.",
+  .tp_doc = "NetDoor(comm, cupy_type, cupy_contig, current_stream, torch_types, names, error, *, "
+            "torch_stream=None): repeated GPU calls across nodes keyed, replayed and counted in one C call.",
   .tp_methods = NetDoor_methods,
   .tp_getset = NetDoor_getset,
   .tp_as_sequence = &NetDoor_seq,

@@ -219,8 +219,14 @@ def door(comm: Any, replays: NetReplays, keys: Any) -> Any:
     from ..errors import HpcclSystemError
     from ..memory.interop import CUDA
     torch = sys.modules.get("torch")
-    tt = (torch.Tensor, torch.nn.Parameter) if torch is not None and hasattr(torch, "nn") else ()
-    d = _ne.NetDoor(comm, keys._cp_nd, keys._cp_contig, keys._cur_stream, tt, NAMES, HpcclSystemError)
+    tt, tst = (), None
+    if torch is not None and hasattr(torch, "nn"):
+        tt = (torch.Tensor, torch.nn.Parameter)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what stream_handle reads, without objects
+        tst = ((lambda t: raw(t.get_device())) if raw is not None else
+               (lambda t: int(torch.cuda.current_stream(t.device).cuda_stream)))
+    d = _ne.NetDoor(comm, keys._cp_nd, keys._cp_contig, keys._cur_stream, tt, NAMES, HpcclSystemError,
+                    torch_stream=tst)
     replays.door, replays.nranks = d, comm.size
     comm._rec.stats.external.append(lambda: d.rows(CUDA))
     return d

@@ -223,11 +223,24 @@ def test_anything_else_is_declined_with_nothing_changed(ranks):
 
 def test_torch_tensors_and_the_outputs_python_allocates(pair):
     """A CUDA tensor's key is its data_ptr(), numel(), dtype and is_contiguous(), on the stream given (None:
-    declined, as the door cannot read torch's current stream); all_gather with no output is declined (the
-    Python path allocates it)."""
+    torch's current stream on the tensor's device, as torch_stream reads it; declined without one); all_gather
+    with no output is declined (the Python path allocates it)."""
     gpus, nets, reps, comms, doors, xs, ys = _recorded(pair, Tensor, "rs",
                                                        lambda t: (t.data_ptr(), t.numel(), t.dtype, True))
-    assert doors[0].fire(4, xs[0], ys[0], "sum", -1, None) is False  # torch's current stream: Python's
+    assert doors[0].fire(4, xs[0], ys[0], "sum", -1, None) is False  # no torch_stream given: declined
+    (key, prog), = reps[0]._progs.items()
+    read: list = []
+    d2 = ne.NetDoor(comms[0], CpArray, True, lambda: Ptr(2), (Tensor,), netreplay.NAMES, Failed,
+                    torch_stream=lambda t: read.append(t) or 1)
+    assert d2.put(4, key[1], key[2], "sum", -1, 1, prog, 4)
+    gpus[0].q.put(lambda: ys[0].a.fill(0))
+    gpus[1].q.put(lambda: ys[1].a.fill(0))
+    assert d2.fire(4, xs[0], ys[0], "sum", -1, None) is True and read == [xs[0]]  # torch's stream, read for x
+    assert doors[1].fire(4, xs[1], ys[1], "sum", -1, 1) is True
+    for g in gpus:
+        g.drain()
+    assert np.all(ys[0].a == 3) and np.all(ys[1].a == 3) and comms[0]._seq == 1
+    comms[0]._seq = 0
     assert doors[0].fire(3, xs[0], None, None, -1, 1) is False
     not_cuda = Tensor(xs[0].a)
     not_cuda.is_cuda = False
