@@ -281,3 +281,57 @@ def test_a_failed_driver_call_raises_the_doors_error(pair):
     assert comm._seq == 0 and door.fired == 0 and door.rows("cuda") == [] and net.st.tok == tok
     assert comm._transports[0].seen == []
     del bad
+
+
+def test_netreplay_door_wires_a_communicator_to_its_recordings(pair, monkeypatch):
+    """netreplay.door(): none unless HPCCL_NET_DOOR=1 and the communicator is neither checked, traced nor a
+    step's; otherwise every recording NetReplays.finish keeps is handed to it (bytes per call from the key),
+    a tensor with no stream is keyed on torch's current stream of its device, and its counts are in
+    comm.stats()."""
+    import types
+    from hpccl.memory.cuda import CallKeys
+    from hpccl.observe.recorder import Recorder
+
+    class TorchTensor(Tensor):
+        def get_device(self) -> int:
+            return 0
+    fake_torch = types.SimpleNamespace(Tensor=TorchTensor, nn=types.SimpleNamespace(Parameter=Tensor),
+                                       _C=types.SimpleNamespace(_cuda_getCurrentRawStream=lambda dev: 1 + dev))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    (ea, eb), gpus = pair
+    keys = object.__new__(CallKeys)
+    keys._cp_nd, keys._cp_contig, keys._cur_stream = CpArray, True, lambda: Ptr(1)
+    nets = [tr._net((e,), g, 4096) for e, g in zip((ea, eb), gpus)]
+    reps = [netreplay.NetReplays(n, tr.Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
+    comms = [Comm(), Comm()]
+    for r, c in enumerate(comms):
+        c.size, c._check_calls, c._observed, c._rec = 2, False, False, Recorder("t", r, 2, r)
+    monkeypatch.setenv("HPCCL_NET_DOOR", "0")
+    assert netreplay.door(comms[0], reps[0], keys) is None
+    monkeypatch.setenv("HPCCL_NET_DOOR", "1")
+    comms[0]._observed = True
+    assert netreplay.door(comms[0], reps[0], keys) is None
+    comms[0]._observed = False
+    doors = [netreplay.door(c, rp, keys) for c, rp in zip(comms, reps)]
+    assert all(d is not None and rp.door is d for d, rp in zip(doors, reps))
+    xs = [TorchTensor(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
+    ys = [TorchTensor(np.zeros(COUNT, np.float32)) for _ in range(2)]
+    for r in range(2):  # recorded as _enter keys it (CallKeys on a tensor, torch's stream: 1)
+        key = ("ar", (xs[r].data_ptr(), COUNT, xs[r].dtype, True), (ys[r].data_ptr(), COUNT, ys[r].dtype, True),
+               "sum", -1, 1)
+        rec = reps[r].start(key, 1)
+        tr._all_reduce(nets[r], gpus[r], r, xs[r].a, ys[r].a, "all_reduce #1")
+        reps[r].finish(key, rec, True)
+    for g in gpus:
+        g.drain()
+    assert [len(d) for d in doors] == [1, 1]
+    for r in range(2):
+        gpus[r].q.put(lambda y=ys[r].a: y.fill(0))
+        assert doors[r].fire(0, xs[r], ys[r], "sum", -1, None) is True
+    for g in gpus:
+        g.drain()
+    assert np.all(ys[0].a == 3) and np.all(ys[1].a == 3)
+    row = comms[0]._rec.stats.snapshot()["all_reduce"]["replayed (cuda)"]
+    assert (row["calls"], row["bytes"]) == (1, COUNT * 4)
+    reps[0].drop()
+    assert len(doors[0]) == 0
