@@ -350,10 +350,7 @@ static PyObject *NetDoor_fire(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
   double t0 = nd_now();
   char label[96];
   snprintf(label, sizeof label, "%s #%lld", PyUnicode_AsUTF8(PyTuple_GET_ITEM(d->names, e->code)), seq);
-  PyObject *prog = e->prog;
-  Py_INCREF(prog);  /* a transport's announce could drop the table */
-  int rc = nr_run(prog, (unsigned long long)k.stream, label);
-  Py_DECREF(prog);
+  int rc = nr_run(e->prog, (unsigned long long)k.stream, label);  /* runs no Python: e stays */
   if (rc < 0) {  /* a driver call failed: raised as the Python path raises it */
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
@@ -367,7 +364,7 @@ static PyObject *NetDoor_fire(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
   }
   if (rc) Py_RETURN_FALSE;
   int code = k.code;
-  unsigned long long nb = e->nbytes;
+  unsigned long long nb = e->nbytes;  /* read first: the announce calls run Python, which may drop the table */
   if (nd_account(d, code, seq) < 0) return NULL;
   d->calls[code]++;
   d->bytes[code] += nb;

@@ -93,18 +93,25 @@ static parked_t *parked_sends;
 static long n_parked;
 
 static void park_sweep(void) {
-  for (parked_t **pp = &parked_sends; *pp;) {
+  parked_t *ended = NULL;
+  for (parked_t **pp = &parked_sends; *pp;) {  /* unlinked first: releasing runs Python, which may sweep */
     parked_t *p = *pp;
     if (atomic_load(&p->b->state) >= B_DONE || p->eng->core.closed) {
       *pp = p->next;
-      PyBuffer_Release(&p->view);
-      batch_unref(p->b);
-      Py_DECREF(p->eng);
-      free(p);
+      p->next = ended;
+      ended = p;
       n_parked--;
     } else {
       pp = &p->next;
     }
+  }
+  while (ended) {
+    parked_t *p = ended;
+    ended = p->next;
+    PyBuffer_Release(&p->view);
+    batch_unref(p->b);
+    Py_DECREF(p->eng);
+    free(p);
   }
 }
 
