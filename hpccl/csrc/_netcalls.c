@@ -74,10 +74,9 @@ static int no_rcache(const ucp_config_t *config) {
   if (!f) return 0;
   ucp_config_print(config, f, NULL, UCS_CONFIG_PRINT_CONFIG);
   fclose(f);
+  const char *want = "UCX_RCACHE_ENABLE=n\n";  /* one NAME=value line per setting */
   int off = 0;
-  for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-    if (!strncmp(line, "UCX_RCACHE_ENABLE=n", 19) && (line[19] == '\n' || line[19] == '\0')) off = 1;
-  }
+  for (const char *at = buf; !off && at && (at = strstr(at, want)); at++) off = at == buf || at[-1] == '\n';
   free(buf);
   return off;
 }

@@ -344,12 +344,6 @@ static int only_sends_left(const batch_t *b) {
   return 1;
 }
 
-/* a failed batch left with sends UCX cannot cancel ends for its waiters now: its done word is written (in
-   its FIFO turn when ordered) and its error published, while it stays active, holding an extra reference,
-   until UCX ends those sends (the peer takes them, or engine_close closes the endpoints). Only sends are
-   left, so nothing writes its memory; they may still read it: only steps over memory hpccl owns (staged and
-   template batches: StagedNet.close keeps it while an engine is lingering) are released, never an Op over a
-   caller's buffer. A template's state stays active, so no replay reuses its ops before they end. */
 /* a batch's waiters answered: its state published, its done word written, the engine's reference dropped (a
    template's reference is its owner's, kept for the next replay) */
 static void answer(batch_t *b) {
@@ -359,6 +353,12 @@ static void answer(batch_t *b) {
   if (b->bkind != BK_TEMPLATE) batch_unref(b);
 }
 
+/* a failed batch left with sends UCX cannot cancel ends for its waiters now: its done word is written (in
+   its FIFO turn when ordered) and its error published, while it stays active, holding an extra reference,
+   until UCX ends those sends (the peer takes them, or engine_close closes the endpoints). Only sends are
+   left, so nothing writes its memory; they may still read it: only steps over memory hpccl owns (staged and
+   template batches: StagedNet.close keeps it while an engine is lingering) are released, never an Op over a
+   caller's buffer. A template's state stays active, so no replay reuses its ops before they end. */
 static void release(engine_t *e, batch_t *b) {
   b->released = 1;
   atomic_fetch_add(&b->refs, 1);

@@ -123,19 +123,10 @@ static int u64_of(PyObject *o, uint64_t *out) {
   return 1;
 }
 
-static int attr_u64(PyObject *o, PyObject *name, uint64_t *out) {
-  PyObject *v = PyObject_GetAttr(o, name);
-  if (!v) return 0;
+/* u64_of on a new reference (an attribute read or a call's result, NULL when it raised), released */
+static int take_u64(PyObject *v, uint64_t *out) {
   int ok = u64_of(v, out);
-  Py_DECREF(v);
-  return ok;
-}
-
-static int call_u64(PyObject *o, PyObject *name, uint64_t *out) {
-  PyObject *v = PyObject_CallMethodNoArgs(o, name);
-  if (!v) return 0;
-  int ok = u64_of(v, out);
-  Py_DECREF(v);
+  Py_XDECREF(v);
   return ok;
 }
 
@@ -156,9 +147,9 @@ static int nd_buf(NetDoor *d, PyObject *o, uint64_t *ptr, uint64_t *count, PyObj
   if ((PyObject *)t == d->cp_type) {
     PyObject *data = PyObject_GetAttr(o, s_data);
     if (!data) goto fail;
-    int ok = attr_u64(data, s_ptr, ptr);
+    int ok = take_u64(PyObject_GetAttr(data, s_ptr), ptr);
     Py_DECREF(data);
-    if (!ok || !attr_u64(o, s_size, count)) goto fail;
+    if (!ok || !take_u64(PyObject_GetAttr(o, s_size), count)) goto fail;
     if (d->cp_contig_attr) {
       if (!truth(PyObject_GetAttr(o, s_c_contig), contig)) goto fail;
     } else {
@@ -176,7 +167,9 @@ static int nd_buf(NetDoor *d, PyObject *o, uint64_t *ptr, uint64_t *count, PyObj
     if (!torch) return 0;
     int cuda = 0;
     if (!truth(PyObject_GetAttr(o, s_is_cuda), &cuda) || !cuda) goto fail;
-    if (!call_u64(o, s_data_ptr, ptr) || !call_u64(o, s_numel, count)) goto fail;
+    if (!take_u64(PyObject_CallMethodNoArgs(o, s_data_ptr), ptr) ||
+        !take_u64(PyObject_CallMethodNoArgs(o, s_numel), count))
+      goto fail;
     if (!truth(PyObject_CallMethodNoArgs(o, s_is_contiguous), contig)) goto fail;
     *kind = 2;
   }
@@ -196,16 +189,13 @@ static int nd_stream(NetDoor *d, PyObject *stream, int kind, PyObject *buf, uint
   if (stream == Py_None) {
     if (kind == 2) {
       if (d->torch_stream == Py_None) return 0;
-      PyObject *s = PyObject_CallOneArg(d->torch_stream, buf);
-      int ok = u64_of(s, out);
-      Py_XDECREF(s);
-      if (!ok) goto fail;
+      if (!take_u64(PyObject_CallOneArg(d->torch_stream, buf), out)) goto fail;
       return 1;
     }
     if (d->cur_stream == Py_None) return 0;
     PyObject *s = PyObject_CallNoArgs(d->cur_stream);
     if (!s) goto fail;
-    int ok = attr_u64(s, s_ptr, out);
+    int ok = take_u64(PyObject_GetAttr(s, s_ptr), out);
     Py_DECREF(s);
     if (!ok) goto fail;
     return 1;
@@ -214,9 +204,9 @@ static int nd_stream(NetDoor *d, PyObject *stream, int kind, PyObject *buf, uint
     if (!u64_of(stream, out)) goto fail;
     return 1;
   }
-  if (attr_u64(stream, s_ptr, out)) return 1;
+  if (take_u64(PyObject_GetAttr(stream, s_ptr), out)) return 1;
   PyErr_Clear();
-  if (attr_u64(stream, s_cuda_stream, out)) return 1;
+  if (take_u64(PyObject_GetAttr(stream, s_cuda_stream), out)) return 1;
 fail:
   PyErr_Clear();
   return 0;
