@@ -2,7 +2,10 @@
 what the engine's CPU tests drive."""
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Tuple
+
+import numpy as np
 
 
 def engine_pair(ne: Any) -> Tuple[Any, Any]:
@@ -22,3 +25,16 @@ def engine_world(ne: Any, n: int) -> Tuple[Any, ...]:
     for r, e in enumerate(engs):
         e.connect(addrs, [p < r for p in range(n)])
     return tuple(engs)
+
+
+def held_send(ne: Any, eng: Any, words: Any, done: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Stage on rank 0's ``eng`` a step whose send to rank 1 UCX holds until rank 1 receives it (1 MiB:
+    rendezvous) and whose 16-byte receive never comes, timing out after 0.3 s: ``words`` (ctypes uint32s) has
+    its ready word [0] set and gets ``done`` in its done word [1] when the step is released. Returns the step's
+    buffers, to be kept alive while UCX holds the send."""
+    big, small = np.ones(1 << 18, np.float32), np.zeros(4, np.float32)
+    wa = ctypes.addressof(words)
+    words[0] = 1
+    eng.staged([(ne.SEND, 1, big.ctypes.data, big.nbytes), (ne.RECV, 1, small.ctypes.data, small.nbytes)],
+               wa, 1, wa + 4, done, 0.3, "released step", 0)
+    return big, small

@@ -6,21 +6,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "net"))
-from engine_pair import engine_pair  # noqa: E402
+from engine_pair import engine_pair, held_send  # noqa: E402
 
 from hpccl.transport.engine import _ne as ne  # noqa: E402
 
 c, d = engine_pair(ne)
 print("no_rcache", c.no_rcache, flush=True)
-big, small = np.ones(1 << 18, np.float32), np.zeros(4, np.float32)
 words = (ctypes.c_uint32 * 16)()
-wa = ctypes.addressof(words)
-words[0] = 1  # the ready word: the step is staged
-c.staged([(ne.SEND, 1, big.ctypes.data, big.nbytes), (ne.RECV, 1, small.ctypes.data, small.nbytes)],
-         wa, 1, wa + 4, 1, 0.3, "released step", 0)
+held = held_send(ne, c, words, 1)
 end = time.monotonic() + 10
 while not (words[1] == 1 and c.lingering == 1) and time.monotonic() < end:
     time.sleep(1e-3)

@@ -11,6 +11,7 @@ import ctypes
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -18,7 +19,9 @@ import libucx
 
 libucx.load_library()
 sys.path.insert(0, sys.argv[1])
+sys.path.insert(1, str(Path(__file__).resolve().parent.parent / "net"))
 import _netengine as ne  # noqa: E402
+from engine_pair import engine_pair, held_send  # noqa: E402
 
 
 def until(pred, seconds=10.0):
@@ -28,11 +31,7 @@ def until(pred, seconds=10.0):
     return pred()
 
 
-a = ne.Engine(0, 2, {"TLS": "tcp,self"})
-b = ne.Engine(1, 2, {"TLS": "tcp,self"})
-addrs = [a.address(), b.address()]
-a.connect(addrs, [False, True])
-b.connect(addrs, [True, False])
+a, b = engine_pair(ne)
 x = np.arange(1 << 16, dtype=np.float32)
 y = np.zeros_like(x)
 for _ in range(200):  # caller-driven and thread-driven progress interleave
@@ -248,17 +247,10 @@ del doors, progs
 # released at its timeout: its done word written and the engine lingering while the send stays in flight;
 # meanwhile the watchdog's thread (NetWatch) releases the words of a held engine; closing force-closes the
 # endpoint under the lingering send
-c = ne.Engine(0, 2, {"TLS": "tcp,self"})
-d = ne.Engine(1, 2, {"TLS": "tcp,self"})
-addrs = [c.address(), d.address()]
-c.connect(addrs, [False, True])
-d.connect(addrs, [True, False])
-big, small = np.ones(1 << 18, np.float32), np.zeros(4, np.float32)
+c, d = engine_pair(ne)
 words = (ctypes.c_uint32 * 16)()
 wa = ctypes.addressof(words)
-words[0] = 1  # the ready word: the step is staged
-c.staged([(ne.SEND, 1, big.ctypes.data, big.nbytes), (ne.RECV, 1, small.ctypes.data, small.nbytes)],
-         wa, 1, wa + 4, 1, 0.3, "released step", 0)
+big, _small = held_send(ne, c, words, 1)
 vals = (ctypes.c_uint32 * 8)(7)
 assert until(lambda: d.beats > 0)  # the watch judges a thread only once it has looped
 d.hold(5)
@@ -272,8 +264,7 @@ r = d.recv(0, np.zeros_like(big))
 assert r.wait(10) and until(lambda: c.lingering == 0, 5.0) and words[1] == 1
 # a second one still lingering when the engine closes: endpoints force-closed under it (or, with UCX's
 # registration cache off, as here under the sanitizers, left to the process's end)
-c.staged([(ne.SEND, 1, big.ctypes.data, big.nbytes), (ne.RECV, 1, small.ctypes.data, small.nbytes)],
-         wa, 1, wa + 4, 2, 0.3, "released step", 0)
+held = held_send(ne, c, words, 2)
 assert until(lambda: words[1] == 2 and c.lingering == 1, 5.0), (list(words), c.lingering)
 c.close()
 assert c.lingering == 0
