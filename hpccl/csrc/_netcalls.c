@@ -50,11 +50,14 @@ int engine_alloc(engine_t *e, int rank, int size, ne_err *err) {
   e->eps = calloc((size_t)size, sizeof(ucp_ep_h));
   e->remote = calloc((size_t)size, sizeof(int));
   e->dead = calloc((size_t)size, sizeof(atomic_int));
+  e->talked = calloc((size_t)size, sizeof(atomic_int));
+  e->closing = calloc((size_t)size, sizeof(atomic_int));
+  e->confirmed = calloc((size_t)size, sizeof(atomic_int));
   e->send_seq = calloc((size_t)size, sizeof(uint64_t));
   e->recv_seq = calloc((size_t)size, sizeof(uint64_t));
   e->tpl_send = calloc((size_t)size, sizeof(uint32_t));
   e->tpl_recv = calloc((size_t)size, sizeof(uint32_t));
-  if (!e->eps || !e->remote || !e->dead || !e->send_seq || !e->recv_seq || !e->tpl_send || !e->tpl_recv) {
+  if (!e->eps || !e->remote || !e->dead || !e->talked || !e->closing || !e->confirmed || !e->send_seq || !e->recv_seq || !e->tpl_send || !e->tpl_recv) {
     err->kind = NE_NOMEM;
     return -1;
   }
@@ -396,6 +399,41 @@ static void close_eps(engine_t *self) {
   }
 }
 
+/* say goodbye to every live peer this engine exchanged messages with, and wait (up to ``seconds``) until each
+   confirms. A peer's engine thread confirms once it has read our goodbye, and so everything sent before it on
+   the same connection: closing the endpoints after that cannot reset a connection that still carries our data
+   (a peer's kernel drops what it has not read when a closed socket sends a reset). The peer also learns that
+   the connection's end is a goodbye, not a failure. Peers that end (their connection fails) or whose goodbye
+   cannot be sent are not waited for. Skipped for an aborted or failed engine. Returns how many peers did not
+   confirm in time, their ranks in ``late`` (room for size). */
+int engine_farewell(engine_t *e, double seconds, int *late) {
+  if (!e->started || atomic_load(&e->closed) || atomic_load(&e->aborting) || atomic_load(&e->dead_rank) >= 0)
+    return 0;
+  batch_t **sent = calloc((size_t)e->size, sizeof(batch_t *));
+  if (!sent) return 0;
+  for (int p = 0; p < e->size; p++) {
+    if (p == e->rank || !atomic_load(&e->talked[p]) || atomic_load(&e->dead[p])) continue;
+    sent[p] = engine_ctrl_batch(e, p, CTRL_CLOSING, e->rank, 0);
+    if (!sent[p]) continue;
+    sent[p]->timeout = seconds;
+    submit_to(e, sent[p], 1, 1);
+  }
+  double end = now_s() + seconds;
+  int nlate;
+  for (;;) {
+    nlate = 0;
+    for (int p = 0; p < e->size; p++)
+      if (sent[p] && !atomic_load(&e->confirmed[p]) && !atomic_load(&e->dead[p])
+          && atomic_load(&sent[p]->state) != B_FAILED)
+        late[nlate++] = p;
+    if (!nlate || atomic_load(&e->aborting) || now_s() >= end) break;
+    usleep(200);
+  }
+  for (int p = 0; p < e->size; p++) if (sent[p]) batch_unref(sent[p]);
+  free(sent);
+  return nlate;
+}
+
 /* stop the thread, end what is left (failed, done words written), close endpoints, worker and context;
    once (later calls return at once) */
 void engine_close(engine_t *self) {
@@ -460,7 +498,8 @@ void engine_close(engine_t *self) {
 /* close, then free what engine_alloc allocated (the struct itself is the owner's) */
 void engine_free(engine_t *e) {
   engine_close(e);
-  free(e->eps); free(e->remote); free((void *)e->dead); free(e->send_seq); free(e->recv_seq);
+  free(e->eps); free(e->remote); free((void *)e->dead); free((void *)e->talked);
+  free((void *)e->closing); free((void *)e->confirmed); free(e->send_seq); free(e->recv_seq);
   free(e->tpl_send); free(e->tpl_recv);
   free(e->active); free(e->fifo); free(e->armed);
   batch_spares_free(e);

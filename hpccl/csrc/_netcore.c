@@ -161,6 +161,9 @@ void op_end(op_t *o, ucs_status_t st, size_t got) {
     else if (st == UCS_ERR_MESSAGE_TRUNCATED)
       batch_fail(b, E_SIZE, o->peer, "rank %d sent more bytes than this rank's receive of %zu bytes (sizes "
                  "or dtypes differ across ranks)", o->peer, o->len);
+    else if (e && o->peer >= 0 && atomic_load(&e->closing[o->peer]))
+      batch_fail(b, E_PEER, o->peer, "rank %d closed its communicator (UCX %s failed: %s)", o->peer,
+                 o->kind == K_SEND ? "send" : "receive", ucs_status_string(st));
     else
       batch_fail(b, E_PEER, o->peer, "UCX %s with rank %d failed: %s", o->kind == K_SEND ? "send" : "receive",
                  o->peer, ucs_status_string(st));
@@ -194,7 +197,7 @@ void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st) {
       int expected = 0;
       if (atomic_compare_exchange_strong(&e->dead[p], &expected, st < 0 ? -(int)st : 1)) {
         pthread_mutex_lock(&e->elock);
-        if (atomic_load(&e->dead_rank) < 0) {
+        if (atomic_load(&e->dead_rank) < 0 && !atomic_load(&e->closing[p])) {  /* a goodbye is no failure */
           snprintf(e->dead_why, sizeof e->dead_why, "UCX: connection to rank %d failed (%s)", p,
                    ucs_status_string(st));
           atomic_store(&e->dead_rank, p);
@@ -216,7 +219,9 @@ static void post_op(engine_t *e, op_t *o) {
   prm.user_data = o;
   prm.memory_type = UCS_MEMORY_TYPE_HOST;
   o->posted = 1;
-  if (atomic_load(&e->dead[o->peer])) {
+  atomic_store_explicit(&e->talked[o->peer], 1, memory_order_relaxed);
+  int gone = atomic_load(&e->dead[o->peer]);
+  if (gone && !(o->kind == K_RECV && atomic_load(&e->closing[o->peer]))) {
     op_end(o, UCS_ERR_CONNECTION_RESET, 0);
     return;
   }
@@ -231,7 +236,11 @@ static void post_op(engine_t *e, op_t *o) {
     prm.recv_info.tag_info = &info;  /* a message already here completes at once: its length is read here */
     r = ucp_tag_recv_nbx(e->worker, o->buf, o->len, o->tag, ~0ULL, &prm);
   }
-  if (r == NULL) {
+  if (gone && r != NULL && !UCS_PTR_IS_ERR(r)) {
+    /* a peer that said goodbye had every message it sent read first: one not here now never comes */
+    o->req = r;
+    ucp_request_cancel(e->worker, r);
+  } else if (r == NULL) {
     op_end(o, UCS_OK, o->kind == K_RECV ? info.length : o->len);
   } else if (UCS_PTR_IS_ERR(r)) {
     op_end(o, UCS_PTR_STATUS(r), 0);
@@ -427,7 +436,10 @@ static void peer_failures(engine_t *e) {
       int d = atomic_load(&e->dead[o->peer]);
       if (!d || o->done) continue;
       pthread_mutex_lock(&e->elock);
-      batch_fail(b, E_PEER, o->peer, "rank %d is gone: %s", o->peer, e->dead_why);
+      if (atomic_load(&e->closing[o->peer]))
+        batch_fail(b, E_PEER, o->peer, "rank %d closed its communicator", o->peer);
+      else
+        batch_fail(b, E_PEER, o->peer, "rank %d is gone: %s", o->peer, e->dead_why);
       pthread_mutex_unlock(&e->elock);
       cancel_batch(e, b, o->peer);
     }
@@ -482,7 +494,19 @@ static int ctrl_progress(engine_t *e) {
   int n = 0;
   while (e->ctrl_ready) {
     if (e->ctrl_ready == -2) return n;  /* could not post: control messages are off */
-    if (e->ctrl_ready == 1) {
+    int64_t kind = e->ctrl_in[0], who = e->ctrl_in[1];
+    if (e->ctrl_ready == 1 && (kind == CTRL_CLOSING || kind == CTRL_CLOSED)) {
+      if (who >= 0 && who < e->size && who != e->rank) {
+        if (kind == CTRL_CLOSED) {
+          atomic_store(&e->confirmed[who], 1);
+        } else {
+          /* everything ``who`` sent before its goodbye has been read (one connection, in order): confirm */
+          atomic_store(&e->closing[who], 1);
+          batch_t *r = engine_ctrl_batch(e, (int)who, CTRL_CLOSED, e->rank, 0);
+          if (r) submit_to(e, r, 0, 0);
+        }
+      }
+    } else if (e->ctrl_ready == 1) {
       int t = atomic_load(&e->ctrl_tail);
       if (t - atomic_load(&e->ctrl_head) < CTRL_RING) {
         memcpy(e->ctrl_ring[t % CTRL_RING], e->ctrl_in, sizeof e->ctrl_in);

@@ -49,6 +49,10 @@
 #define CTRL_WORDS 3
 #define ERR_NET_WORD 5u /* cuda/hpccl_device.cuh HPCCL_ERR_NET: the node error word of a failed gated step */
 #define CTRL_RING 256
+/* control kinds the engine answers itself (hpccl/transport/control.py owns 1-3): a peer closing its engine
+   (engine_farewell) and the confirmation that every message it sent before that has been read */
+#define CTRL_CLOSING 4
+#define CTRL_CLOSED 5
 
 enum { K_SEND = 0, K_RECV = 1 };
 enum { B_NEW = 0, B_ACTIVE = 1, B_DONE = 2, B_FAILED = 3 };
@@ -157,6 +161,9 @@ typedef struct engine {
   atomic_int waiters;
   /* peers */
   atomic_int *dead;          /* per peer: 0, or the UCS status that failed its endpoint (negated) */
+  atomic_int *talked;        /* per peer: a message was posted to or from it (engine_farewell says goodbye) */
+  atomic_int *closing;       /* per peer: it said it is closing, so its connection's end is no failure */
+  atomic_int *confirmed;     /* per peer: it confirmed this engine's goodbye (read all it was sent) */
   atomic_int dead_rank;      /* first dead peer, -1 */
   char dead_why[160];
   atomic_int new_dead;
@@ -236,6 +243,7 @@ int engine_dead(engine_t *e, char *why, size_t n);
 int engine_error(engine_t *e, int *epeer, char *msg, size_t n);
 void engine_abort(engine_t *e, int origin);
 void engine_counters(engine_t *e, uint64_t *batches, uint64_t *sent, uint64_t *got);
+int engine_farewell(engine_t *e, double seconds, int *late);
 void engine_close(engine_t *e);
 void engine_free(engine_t *e);
 

@@ -516,13 +516,25 @@ static PyObject *Engine_pending(Engine *self, PyObject *noargs) {
   return Py_BuildValue("(KKK)", (unsigned long long)n, (unsigned long long)sent, (unsigned long long)got);
 }
 
-static PyObject *Engine_close(Engine *self, PyObject *noargs) {
-  (void)noargs;
+static PyObject *Engine_close(Engine *self, PyObject *args) {
+  double wait = 0;
+  if (!PyArg_ParseTuple(args, "|d", &wait)) return NULL;
+  int *late = calloc((size_t)self->core.size + 1, sizeof(int));
+  if (!late) return PyErr_NoMemory();
+  int nlate = 0;
   Py_BEGIN_ALLOW_THREADS
+  if (wait > 0) nlate = engine_farewell(&self->core, wait, late);
   engine_close(&self->core);
   Py_END_ALLOW_THREADS
   park_sweep();
-  Py_RETURN_NONE;
+  PyObject *out = PyList_New(nlate);
+  for (int i = 0; out && i < nlate; i++) {
+    PyObject *r = PyLong_FromLong(late[i]);
+    if (!r) { Py_CLEAR(out); break; }
+    PyList_SET_ITEM(out, i, r);
+  }
+  free(late);
+  return out;
 }
 
 static void Engine_dealloc(Engine *self) {
@@ -581,7 +593,10 @@ static PyMethodDef Engine_methods[] = {
   {"error", (PyCFunction)Engine_error, METH_NOARGS, "(code, peer, message) of the first failed GPU step, or None."},
   {"abort", (PyCFunction)Engine_abort, METH_VARARGS, "abort([origin]): fail everything in flight."},
   {"counters", (PyCFunction)Engine_pending, METH_NOARGS, "(batches done, bytes sent, bytes received)."},
-  {"close", (PyCFunction)Engine_close, METH_NOARGS, "Stop the thread, close endpoints and the worker."},
+  {"close", (PyCFunction)Engine_close, METH_VARARGS,
+   "close(wait=0) -> [ranks]: with wait > 0, first say goodbye to the peers messages went to or came from and "
+   "wait up to wait seconds for each to confirm it read all it was sent (those that did not are returned); "
+   "then stop the thread, close endpoints and the worker."},
   {NULL, NULL, 0, NULL}};
 
 static PyObject *Engine_get_seq(Engine *self, void *c) { (void)c; return PyLong_FromLongLong(self->seq); }

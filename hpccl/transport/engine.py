@@ -357,8 +357,15 @@ class EngineTransport(ControlChannel, Transport):
             return
         self._closed = True
         self._pool = {}
+        # a goodbye each peer confirms before the endpoints close: nothing sent is lost to a reset connection,
+        # and the peers take the connection's end for a goodbye, not a failure (engine_farewell)
+        wait = config.get("HPCCL_TIMEOUT")
+        late: set = set()
         for e in self.lanes[1:]:
-            e.close()
+            late.update(e.close(wait))
         if self.eng is not None:
-            self.eng.close()
+            late.update(self.eng.close(wait))
+        if late:
+            log.warn("TRANSPORT", "rank %d closed its UCX engine without rank(s) %s confirming its goodbye within "
+                     "HPCCL_TIMEOUT=%gs (stopped or busy outside hpccl)", self.rank, sorted(late), wait)
 

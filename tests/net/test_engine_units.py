@@ -326,6 +326,62 @@ def test_a_closed_peer_fails_a_waiting_receive_naming_it():
         b.close()
 
 
+def test_a_goodbye_waits_until_the_peer_has_read_what_it_was_sent():
+    """close(wait) says goodbye to each peer it exchanged messages with and returns only once that peer's engine
+    has read everything sent before (here rank 1's engine is held for 1 s): then nothing in flight is lost to
+    the closed connection. Rank 1 takes the connection's end for a goodbye, not a failure, and a receive from
+    rank 0 posted after it fails naming the closed rank."""
+    a, b = engine_pair(ne)
+    try:
+        warm = b.recv(0, np.zeros(4, np.uint8))
+        assert a.send(1, np.ones(4, np.uint8)).wait(5.0) and warm.wait(5.0)
+        x = np.arange(256, dtype=np.int32)
+        b.hold(1.0)
+        t0 = time.monotonic()
+        assert a.send(1, x).wait(5.0)  # done here: the bytes are on their way, not yet read by rank 1
+        late = a.close(10.0)
+        took = time.monotonic() - t0
+        assert late == [] and took > 0.7, f"close returned after {took:.2f}s, late {late}"
+        y = np.zeros_like(x)
+        assert b.recv(0, y).wait(5.0)
+        assert np.array_equal(x, y)
+        r = b.recv(0, np.zeros(4, np.uint8))
+        with pytest.raises(ne.EngineError) as info:
+            t1 = time.monotonic()
+            while not r.wait(0.1):
+                assert time.monotonic() - t1 < 10, "the closed peer was never noticed"
+        assert info.value.args[1] == 0 and "closed its communicator" in str(info.value)
+        assert b.dead() is None
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_goodbye_gives_up_on_a_peer_that_does_not_answer_in_time():
+    a, b = engine_pair(ne)
+    try:
+        assert a.send(1, np.zeros(4, np.uint8)).wait(5.0)
+        b.hold(3.0)
+        t0 = time.monotonic()
+        late = a.close(0.5)
+        took = time.monotonic() - t0
+        assert late == [1] and 0.45 < took < 2.5, f"close returned after {took:.2f}s, late {late}"
+    finally:
+        b.hold(0)
+        a.close()
+        b.close()
+
+
+def test_close_without_wait_and_an_aborted_engine_say_no_goodbye(pair):
+    a, b = pair
+    assert a.send(1, np.zeros(4, np.uint8)).wait(5.0)
+    b.hold(3.0)
+    a.abort(0)
+    t0 = time.monotonic()
+    assert a.close(5.0) == [] and time.monotonic() - t0 < 2.0
+    b.hold(0)
+
+
 def test_a_gated_step_whose_node_failed_sends_nothing(pair):
     """A staged step whose gate word (hier: the node step's GPU error word) is set when its token comes fails
     at once, writes its done word, and sends nothing: the peer's receive of that step gets no data; the next
