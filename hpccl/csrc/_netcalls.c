@@ -57,7 +57,8 @@ int engine_alloc(engine_t *e, int rank, int size, ne_err *err) {
   e->recv_seq = calloc((size_t)size, sizeof(uint64_t));
   e->tpl_send = calloc((size_t)size, sizeof(uint32_t));
   e->tpl_recv = calloc((size_t)size, sizeof(uint32_t));
-  if (!e->eps || !e->remote || !e->dead || !e->talked || !e->closing || !e->confirmed || !e->send_seq || !e->recv_seq || !e->tpl_send || !e->tpl_recv) {
+  if (!e->eps || !e->remote || !e->dead || !e->talked || !e->closing || !e->confirmed || !e->send_seq
+      || !e->recv_seq || !e->tpl_send || !e->tpl_recv) {
     err->kind = NE_NOMEM;
     return -1;
   }
@@ -474,7 +475,8 @@ void engine_close(engine_t *self) {
     for (int i = 0; i < self->nactive; i++) {  /* UCX never ended these: mark them, leak their requests */
       batch_t *b = self->active[i];
       atomic_fetch_add(&b->refs, 1);  /* and the batch: a late callback must not find it reused or freed */
-      for (int k = 0; k < b->nops; k++) if (!b->ops[k].done) { b->ops[k].req = NULL; op_end(&b->ops[k], UCS_ERR_CANCELED, 0); }
+      for (int k = 0; k < b->nops; k++)
+        if (!b->ops[k].done) { b->ops[k].req = NULL; op_end(&b->ops[k], UCS_ERR_CANCELED, 0); }
     }
     finalize(self);
     if (self->ctrl_req) { ucp_request_cancel(self->worker, self->ctrl_req); ucp_worker_progress(self->worker);

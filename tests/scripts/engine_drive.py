@@ -3,7 +3,8 @@
 armed from another thread (as a graph replay's stream writes their words) and polled by the engine, recorded calls replayed from C on two
 threads (NetProgram; one rank's programs fused steps whose stand-in kernel writes the token, the other's a piped
 step whose batch the engine thread cuts) and through the C front door (NetDoor), a failed step released with a send UCX holds, the watchdog's thread
-releasing a held engine's words, abort, control messages, a dropped send parked until close, close.
+releasing a held engine's words, two engines closing at once with goodbyes, abort, control messages, a dropped
+send parked until close, close.
 
     python engine_drive.py DIR    (DIR holds an _netengine build, e.g. one built with -fsanitize=thread)
 """
@@ -269,6 +270,20 @@ assert until(lambda: words[1] == 2 and c.lingering == 1, 5.0), (list(words), c.l
 c.close()
 assert c.lingering == 0
 d.close()
+
+# goodbyes: two engines that exchanged a message close at once from two threads, each waiting for the other's
+# confirmation (sent from the other's engine thread) before its endpoints close
+e, f = engine_pair(ne)
+x, y = np.arange(64, dtype=np.int32), np.zeros(64, np.int32)
+r = f.recv(0, y)
+assert e.send(1, x).wait(5) and r.wait(5) and np.array_equal(x, y)
+lates = [None, None]
+ts = [threading.Thread(target=lambda i=i, g=g: lates.__setitem__(i, g.close(5.0))) for i, g in enumerate((e, f))]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+assert lates == [[], []], lates
 
 r = b.recv(0, np.zeros(4, np.uint8))
 b.abort(0)
