@@ -400,20 +400,22 @@ static void close_eps(engine_t *self) {
   }
 }
 
-/* say goodbye to every live peer this engine exchanged messages with, and wait (up to ``seconds``) until each
-   confirms. A peer's engine thread confirms once it has read our goodbye, and so everything sent before it on
-   the same connection: closing the endpoints after that cannot reset a connection that still carries our data
-   (a peer's kernel drops what it has not read when a closed socket sends a reset). The peer also learns that
-   the connection's end is a goodbye, not a failure. Peers that end (their connection fails) or whose goodbye
-   cannot be sent are not waited for. Skipped for an aborted or failed engine. Returns how many peers did not
-   confirm in time, their ranks in ``late`` (room for size). */
+/* say goodbye to every live peer on another node this engine exchanged messages with, and wait (up to
+   ``seconds``) until each confirms. A peer's engine thread confirms once it has read our goodbye, and so
+   everything sent before it on the same connection: closing the endpoints after that cannot reset a
+   connection that still carries our data (a peer's kernel drops what it has not read when a closed socket
+   sends a reset). The peer also learns that the connection's end is a goodbye, not a failure. Peers that end
+   (their connection fails) or whose goodbye cannot be sent are not waited for; peers on this node are not
+   asked, since their endpoints (no peer-failure mode) would not report one that closed first. Skipped for an
+   aborted or failed engine. Returns how many peers did not confirm in time, their ranks in ``late`` (room for
+   size). */
 int engine_farewell(engine_t *e, double seconds, int *late) {
   if (!e->started || atomic_load(&e->closed) || atomic_load(&e->aborting) || atomic_load(&e->dead_rank) >= 0)
     return 0;
   batch_t **sent = calloc((size_t)e->size, sizeof(batch_t *));
   if (!sent) return 0;
   for (int p = 0; p < e->size; p++) {
-    if (p == e->rank || !atomic_load(&e->talked[p]) || atomic_load(&e->dead[p])) continue;
+    if (p == e->rank || !e->remote[p] || !atomic_load(&e->talked[p]) || atomic_load(&e->dead[p])) continue;
     sent[p] = engine_ctrl_batch(e, p, CTRL_CLOSING, e->rank, 0);
     if (!sent[p]) continue;
     sent[p]->timeout = seconds;

@@ -372,6 +372,25 @@ def test_a_goodbye_gives_up_on_a_peer_that_does_not_answer_in_time():
         b.close()
 
 
+def test_a_goodbye_does_not_ask_peers_on_this_node():
+    """A peer on this node is not asked: its endpoint (no peer-failure mode) would never report that it closed
+    first, so a goodbye to it would wait out the whole bound."""
+    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
+    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
+    addrs = [a.address(), b.address()]
+    a.connect(addrs, [False, False])
+    b.connect(addrs, [False, False])
+    try:
+        r = b.recv(0, np.zeros(4, np.uint8))
+        assert a.send(1, np.ones(4, np.uint8)).wait(5.0) and r.wait(5.0)
+        assert b.close(5.0) == []
+        t0 = time.monotonic()
+        assert a.close(5.0) == [] and time.monotonic() - t0 < 1.0
+    finally:
+        a.close()
+        b.close()
+
+
 def test_close_without_wait_and_an_aborted_engine_say_no_goodbye(pair):
     a, b = pair
     assert a.send(1, np.zeros(4, np.uint8)).wait(5.0)
