@@ -437,6 +437,25 @@ int engine_farewell(engine_t *e, double seconds, int *late) {
   return nlate;
 }
 
+/* take the control messages that arrived after the standing receive was cancelled (a peer's goodbye that
+   crossed ours), so the worker is destroyed with none unread (UCX warns of each on stderr) */
+static void drain_ctrl(engine_t *e) {
+  for (int i = 0; i < 8; i++) ucp_worker_progress(e->worker);
+  for (int i = 0; i < 4 * e->size + 64; i++) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(e->worker, CTRL_TAG, SEQ_MASK, 1, &info);
+    if (!m) break;
+    int64_t sink[CTRL_WORDS];
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof prm);
+    ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(e->worker, sink, sizeof sink, m, &prm);
+    if (r == NULL || UCS_PTR_IS_ERR(r)) continue;
+    double end = now_s() + 0.1;
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < end) ucp_worker_progress(e->worker);
+    ucp_request_free(r);
+  }
+}
+
 /* stop the thread, end what is left (failed, done words written), close endpoints, worker and context;
    once (later calls return at once) */
 void engine_close(engine_t *self) {
@@ -492,6 +511,7 @@ void engine_close(engine_t *self) {
   }
   if (self->worker) {
     close_eps(self);
+    drain_ctrl(self);
     ucp_worker_destroy(self->worker);
     self->worker = NULL;
   }
