@@ -8,13 +8,14 @@ from typing import Any, Tuple
 import numpy as np
 
 
-def engine_pair(ne: Any) -> Tuple[Any, Any]:
-    """(rank 0's engine, rank 1's engine) from the _netengine module ``ne``, connected; the caller closes them."""
-    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
-    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
+def engine_pair(ne: Any, remote: bool = True, **settings: str) -> Tuple[Any, Any]:
+    """(rank 0's engine, rank 1's engine) from the _netengine module ``ne``, connected as peers on other nodes
+    (``remote``) or on one node, with UCX ``settings`` beside TLS; the caller closes them."""
+    a = ne.Engine(0, 2, {"TLS": "tcp,self", **settings})
+    b = ne.Engine(1, 2, {"TLS": "tcp,self", **settings})
     addrs = [a.address(), b.address()]
-    a.connect(addrs, [False, True])
-    b.connect(addrs, [True, False])
+    a.connect(addrs, [False, remote])
+    b.connect(addrs, [remote, False])
     return a, b
 
 

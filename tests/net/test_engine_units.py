@@ -305,11 +305,7 @@ def test_control_messages_and_abort_from_a_peer(pair):
 
 
 def test_a_closed_peer_fails_a_waiting_receive_naming_it():
-    a = ne.Engine(0, 2, {"TLS": "tcp,self", "KEEPALIVE_INTERVAL": "1s"})
-    b = ne.Engine(1, 2, {"TLS": "tcp,self", "KEEPALIVE_INTERVAL": "1s"})
-    addrs = [a.address(), b.address()]
-    a.connect(addrs, [False, True])
-    b.connect(addrs, [True, False])
+    a, b = engine_pair(ne, KEEPALIVE_INTERVAL="1s")
     try:
         first = b.recv(0, np.zeros(1, np.uint8))
         assert a.send(1, np.zeros(1, np.uint8)).wait(5.0) and first.wait(5.0)
@@ -375,11 +371,7 @@ def test_a_goodbye_gives_up_on_a_peer_that_does_not_answer_in_time():
 def test_a_goodbye_does_not_ask_peers_on_this_node():
     """A peer on this node is not asked: its endpoint (no peer-failure mode) would never report that it closed
     first, so a goodbye to it would wait out the whole bound."""
-    a = ne.Engine(0, 2, {"TLS": "tcp,self"})
-    b = ne.Engine(1, 2, {"TLS": "tcp,self"})
-    addrs = [a.address(), b.address()]
-    a.connect(addrs, [False, False])
-    b.connect(addrs, [False, False])
+    a, b = engine_pair(ne, remote=False)
     try:
         r = b.recv(0, np.zeros(4, np.uint8))
         assert a.send(1, np.ones(4, np.uint8)).wait(5.0) and r.wait(5.0)
