@@ -449,6 +449,7 @@ static void drain_ctrl(engine_t *e) {
     ucp_request_param_t prm;
     memset(&prm, 0, sizeof prm);
     ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(e->worker, sink, sizeof sink, m, &prm);
+    e->ctrl_drained++;
     if (r == NULL || UCS_PTR_IS_ERR(r)) continue;
     double end = now_s() + 0.1;
     while (ucp_request_check_status(r) == UCS_INPROGRESS && now_s() < end) ucp_worker_progress(e->worker);

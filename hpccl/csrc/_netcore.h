@@ -184,6 +184,7 @@ typedef struct engine {
   uint64_t batches_done, bytes_sent, bytes_recv;
   atomic_int lingering;      /* released batches whose sends UCX still holds (may still read their memory) */
   _Atomic uint64_t wakes;    /* write(2)s that roused this engine's thread (Engine.wakes) */
+  uint64_t ctrl_drained;     /* control messages engine_close took after its standing receive was gone */
 } engine_t;
 
 /* why a call of _netcalls.c failed; the binding raises the matching exception */

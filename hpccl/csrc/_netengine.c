@@ -611,7 +611,14 @@ static int Engine_set_seq(Engine *self, PyObject *v, void *c) {
   return 0;
 }
 
+static PyObject *Engine_ctrl_drained(Engine *self, void *c) {
+  (void)c;
+  return PyLong_FromUnsignedLongLong(self->core.ctrl_drained);
+}
+
 static PyGetSetDef Engine_getset[] = {
+  {"ctrl_drained", (getter)Engine_ctrl_drained, NULL, "control messages close took after the standing receive "
+   "was gone (a peer's goodbye crossing this engine's own), so none is left unread", NULL},
   {"rank", (getter)Engine_rank, NULL, "rank", NULL},
   {"staged_made", (getter)Engine_staged_made, NULL, "staged batches of up to 4 messages allocated so far (the "
    "rest were reused from this engine's spares)", NULL},

@@ -389,10 +389,13 @@ def test_control_messages_left_unread_at_close_are_taken(capfd):
     engine is held, so three control messages wait in its socket until its close reads them."""
     a, b = engine_pair(ne)
     try:
+        r = a.recv(1, np.zeros(4, np.uint8))  # wired up both ways first: a held engine cannot answer wire-up
+        assert b.send(0, np.ones(4, np.uint8)).wait(5.0) and r.wait(5.0)
         a.hold(30)
-        for k in range(3):
-            assert b.ctrl_send(0, 2, 1, k).wait(5.0)
+        assert all(b.ctrl_send(0, 2, 1, k).wait(5.0) for k in range(3))
+        time.sleep(0.1)
         a.close()
+        assert a.ctrl_drained >= 2  # the first may still meet the standing receive, cancelled later in close
     finally:
         a.close()
         b.close()
