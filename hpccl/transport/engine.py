@@ -150,6 +150,7 @@ class EngineTransport(ControlChannel, Transport):
         self._nodes = list(nodes)
         self._pool: Dict[tuple, List[np.ndarray]] = {}
         self._closed = False
+        self._in_service = False  # set up on every rank: only then does close say goodbye to the peers
         self._origin: Optional[int] = None  # the rank this rank's own abort named (abort(origin))
         self.spin = max(0, config.get("HPCCL_SPIN"))  # the waiter's polls before it reads the clock
         self.error_handling = True  # endpoints to other nodes always detect a lost peer
@@ -195,6 +196,7 @@ class EngineTransport(ControlChannel, Transport):
         self.lanes = [self.eng]
         self._control_init()
         self._wireup()
+        self._in_service = True
         log.info("TRANSPORT", "ucx engine: rank %d/%d, UCX_TLS=%s, UCX %s, TCP settings %s, ready in %.3fs",
                  rank, self.size, self.tls, ".".join(map(str, _ne.version()[0])),
                  wire_text(self.wire),
@@ -358,8 +360,9 @@ class EngineTransport(ControlChannel, Transport):
         self._closed = True
         self._pool = {}
         # a goodbye each peer confirms before the endpoints close: nothing sent is lost to a reset connection,
-        # and the peers take the connection's end for a goodbye, not a failure (engine_farewell)
-        wait = config.get("HPCCL_TIMEOUT")
+        # and the peers take the connection's end for a goodbye, not a failure (engine_farewell); not when
+        # set-up failed, where a peer may have no engine to answer
+        wait = config.get("HPCCL_TIMEOUT") if self._in_service else 0.0
         late: set = set()
         for e in self.lanes[1:]:
             late.update(e.close(wait))
