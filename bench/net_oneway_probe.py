@@ -9,7 +9,6 @@ network-namespace hosts (tests/net/nethosts.py), one rank each:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -26,14 +25,8 @@ def _wait(op) -> None:
 
 
 def ranks(args: argparse.Namespace) -> int:
-    from mpi4py import MPI
-    sys.path.insert(0, str(ROOT))
-    import hpccl
-    world = MPI.COMM_WORLD
-    if world.size != 2:
-        raise SystemExit("net_oneway_probe.py runs on 2 ranks")
-    os.environ["HPCCL_NET"] = "engine"
-    comm = hpccl.Communicator(world.Dup())
+    from net_pair import pair_comm  # this script's folder leads sys.path
+    _MPI, world, comm = pair_comm("net_oneway_probe.py")
     eng = next(t for t in comm._transports if getattr(t, "impl", "") == "engine").eng
     r = world.rank
     cases = args.cases.split(",")

@@ -22,15 +22,21 @@ ROOT = Path(__file__).resolve().parent.parent
 CASES = ("one way", "each way", "all_gather")
 
 
-def ranks(args: argparse.Namespace) -> int:
+def pair_comm(script: str) -> tuple:
+    """(MPI, MPI.COMM_WORLD, an hpccl communicator on the network engine over it) for a benchmark of 2 ranks,
+    one per host; ``script`` names the benchmark in the error for another rank count."""
     from mpi4py import MPI
     sys.path.insert(0, str(ROOT))
     import hpccl
     world = MPI.COMM_WORLD
     if world.size != 2:
-        raise SystemExit("net_pair.py runs on 2 ranks")
+        raise SystemExit(f"{script} runs on 2 ranks")
     os.environ["HPCCL_NET"] = "engine"
-    comm = hpccl.Communicator(world.Dup())
+    return MPI, world, hpccl.Communicator(world.Dup())
+
+
+def ranks(args: argparse.Namespace) -> int:
+    MPI, world, comm = pair_comm("net_pair.py")
     r, peer = world.rank, 1 - world.rank
     rows = []
     for nbytes in [int(v) for v in args.sizes.split(",")]:

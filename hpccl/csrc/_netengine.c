@@ -594,7 +594,8 @@ static PyMethodDef Engine_methods[] = {
   {"abort", (PyCFunction)Engine_abort, METH_VARARGS, "abort([origin]): fail everything in flight."},
   {"counters", (PyCFunction)Engine_pending, METH_NOARGS, "(batches done, bytes sent, bytes received)."},
   {"close", (PyCFunction)Engine_close, METH_VARARGS,
-   "close(wait=0) -> [ranks]: with wait > 0, first say goodbye to the peers messages went to or came from and "
+   "close(wait=0) -> [ranks]: with wait > 0, first say goodbye to the peers on other nodes messages went to or "
+   "came from and "
    "wait up to wait seconds for each to confirm it read all it was sent (those that did not are returned); "
    "then stop the thread, close endpoints and the worker."},
   {NULL, NULL, 0, NULL}};
