@@ -110,11 +110,10 @@ _param("HPCCL_NET_REPLAY", 1, int,
        "per node) is enqueued from its recording by one C call (hpccl/csrc/_netreplay.c) instead of running its "
        "schedule in Python; 0: every call runs in Python. Either way the messages are the same, so ranks may "
        "differ.")
-_param("HPCCL_NET_DOOR", 0, int,
+_param("HPCCL_NET_DOOR", 1, int,
        "1: a replayed GPU call across nodes (HPCCL_NET_REPLAY) is keyed, looked up, replayed and counted in one C "
        "call at the collective's entry (hpccl/csrc/_netdoor.c) instead of Python building its key and doing its "
-       "bookkeeping; 0 (default until it has run on a GPU): the Python way. The same recording is replayed "
-       "either way.")
+       "bookkeeping (the default); 0: the Python way. The same recording is replayed either way.")
 _param("HPCCL_COMPILED_LAUNCH", 1, int,
        "1: repeated GPU calls make their driver calls (capture check, launch, event record) in one C call "
        "of the hot-path extension (when it is built) instead of three ctypes calls; 0: through ctypes.")
