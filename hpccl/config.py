@@ -183,9 +183,23 @@ _param("HPCCL_GPU_NET_ASYNC", False, _bool,
        "CUDA kernels or allocate device memory while a step is pending, see docs/GPU.md). Off: the call "
        "returns once the step is done.")
 _param("HPCCL_UCX_TCP_TUNE", True, _bool,
-       "Give hpccl's UCX context TCP settings for bulk transfers (512 KiB segments, 8 MiB socket buffers) "
-       "where the user set no UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE / UCX_TCP_SNDBUF / UCX_TCP_RCVBUF; "
-       "0 leaves UCX's defaults. Never touches the environment (MPI's own UCX is unaffected).")
+       "Give hpccl's UCX context TCP settings for bulk transfers (HPCCL_UCX_TCP_SEG segments, 8 MiB socket "
+       "buffers) where the user set no UCX_TCP_TX_SEG_SIZE / UCX_TCP_RX_SEG_SIZE / UCX_TCP_SNDBUF / "
+       "UCX_TCP_RCVBUF; 0 leaves UCX's defaults. Never touches the environment (MPI's own UCX is unaffected).")
+
+
+def _tcp_seg(text: str) -> int:
+    """A TCP segment size UCX takes: 8 KiB (UCX's own default) to 16 MiB."""
+    n = _size(text)
+    if not 8 << 10 <= n <= 16 << 20:
+        raise ValueError(f"{n} bytes is outside 8 KiB..16 MiB")
+    return n
+
+
+_param("HPCCL_UCX_TCP_SEG", 512 << 10, _tcp_seg,
+       "The TCP send and receive segment size HPCCL_UCX_TCP_TUNE gives hpccl's UCX context (8 KiB to 16 MiB). "
+       "Between two hosts 128K moves one 512 KiB-1 MiB message in about half the time 512K takes, while "
+       "512K serves 16 MiB all_gather and all_reduce better (docs/PERFORMANCE.md \"TCP segment size\").")
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
 _param("HPCCL_TORCH_NATIVE", True, _bool,

@@ -14,17 +14,23 @@ _RESOURCE = re.compile(r"resource\s+\d+\s*:.*?--\s*(\S+)/(\S+)")
 _NOT_NET = re.compile(r"^(self|posix|sysv|cma|knem|xpmem|cuda_copy|cuda_ipc|gdr_copy|rocm_\w+|ze_\w+)$")
 
 
-#: TCP settings for hpccl's UCX context where the user set none (HPCCL_UCX_TCP_TUNE): UCX's defaults
-#: (8 KiB send segments, the kernel's socket buffers) are sized for latency, not for bulk collective steps
-WIRE_TCP = {"TCP_TX_SEG_SIZE": "512k", "TCP_RX_SEG_SIZE": "512k", "TCP_SNDBUF": "8m", "TCP_RCVBUF": "8m"}
+#: The UCX TCP options hpccl sets on its own context where the user set none (HPCCL_UCX_TCP_TUNE)
+WIRE_TCP_NAMES = ("TCP_TX_SEG_SIZE", "TCP_RX_SEG_SIZE", "TCP_SNDBUF", "TCP_RCVBUF")
+
+
+def wire_tcp() -> Dict[str, str]:
+    """hpccl's TCP settings: HPCCL_UCX_TCP_SEG segments and 8 MiB socket buffers. UCX's defaults (8 KiB
+    segments, the kernel's socket buffers) are sized for latency, not for bulk collective steps."""
+    seg = str(config.get("HPCCL_UCX_TCP_SEG"))
+    return dict(zip(WIRE_TCP_NAMES, (seg, seg, "8m", "8m")))
 
 
 def wire_config() -> Dict[str, str]:
-    """The UCX settings (names without the UCX_ prefix) hpccl adds to its own context: WIRE_TCP, less any
+    """The UCX settings (names without the UCX_ prefix) hpccl adds to its own context: wire_tcp(), less any
     the user set as UCX_<name> in the environment (the user's always win)."""
     if not config.get("HPCCL_UCX_TCP_TUNE"):
         return {}
-    return {k: v for k, v in WIRE_TCP.items() if f"UCX_{k}" not in os.environ}
+    return {k: v for k, v in wire_tcp().items() if f"UCX_{k}" not in os.environ}
 
 
 def _tls() -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpccl.errors import HpcclInvalidArgument
 from hpccl.transport import ucx_config as ucx
 
 INFO = """#      resource 0  :  md 0  dev 0  flags -- self/memory
@@ -37,14 +38,30 @@ def test_net_devices_check(monkeypatch):
 
 
 def test_wire_settings_yield_to_the_user_and_to_the_switch(monkeypatch):
-    for k in ucx.WIRE_TCP:
+    for k in ucx.WIRE_TCP_NAMES:
         monkeypatch.delenv(f"UCX_{k}", raising=False)
     monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
-    assert ucx.wire_config() == ucx.WIRE_TCP
+    monkeypatch.delenv("HPCCL_UCX_TCP_SEG", raising=False)
+    assert ucx.wire_config() == ucx.wire_tcp() == {"TCP_TX_SEG_SIZE": "524288", "TCP_RX_SEG_SIZE": "524288",
+                                                   "TCP_SNDBUF": "8m", "TCP_RCVBUF": "8m"}
     monkeypatch.setenv("UCX_TCP_SNDBUF", "1m")  # the user's setting wins: hpccl leaves that one to UCX
     assert "TCP_SNDBUF" not in ucx.wire_config() and "TCP_RCVBUF" in ucx.wire_config()
     monkeypatch.setenv("HPCCL_UCX_TCP_TUNE", "0")
     assert ucx.wire_config() == {}
+
+
+def test_segment_size_is_a_setting_checked_before_use(monkeypatch):
+    """HPCCL_UCX_TCP_SEG sets both segment sizes; a value UCX cannot take is refused naming the variable."""
+    for k in ucx.WIRE_TCP_NAMES:
+        monkeypatch.delenv(f"UCX_{k}", raising=False)
+    monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
+    monkeypatch.setenv("HPCCL_UCX_TCP_SEG", "128k")
+    wire = ucx.wire_config()
+    assert wire["TCP_TX_SEG_SIZE"] == wire["TCP_RX_SEG_SIZE"] == str(128 << 10)
+    for bad in ("4k", "32m", "lots"):
+        monkeypatch.setenv("HPCCL_UCX_TCP_SEG", bad)
+        with pytest.raises(HpcclInvalidArgument, match="HPCCL_UCX_TCP_SEG"):
+            ucx.wire_config()
 
 
 def test_the_engine_accepts_the_wire_settings(monkeypatch):
@@ -55,10 +72,11 @@ def test_the_engine_accepts_the_wire_settings(monkeypatch):
         ne = load()
     except ImportError as exc:  # pragma: no cover - the engine is built by the normal install
         pytest.skip(f"the network engine is not built here: {exc}")
-    for k in ucx.WIRE_TCP:
+    for k in ucx.WIRE_TCP_NAMES:
         monkeypatch.delenv(f"UCX_{k}", raising=False)
     monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
-    assert ucx.wire_config() == ucx.WIRE_TCP
+    monkeypatch.delenv("HPCCL_UCX_TCP_SEG", raising=False)
+    assert ucx.wire_config() == ucx.wire_tcp()
     eng = ne.Engine(0, 1, {"TLS": "tcp,self", **ucx.wire_config()})
     eng.close()
     with pytest.raises(ValueError, match="TCP_NO_SUCH_OPTION"):
