@@ -48,10 +48,29 @@ def shm_snapshot() -> set:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
+def shm_in_use(names: Sequence[str]) -> set:
+    """Those of the /dev/shm ``names`` a live process still maps or holds open (read from /proc)."""
+    paths = {f"/dev/shm/{n}": n for n in names}
+    used: set = set()
+    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        used.update(n for p, n in paths.items() if p in maps or p in fds)
+    return used
+
+
 def remove_mpi_leftovers(before: set) -> List[str]:
     """MPI libraries leave their own segments behind when a test kills a rank on purpose; remove the
-    ones that appeared during the test (never hpccl's: those must not exist) and return their names."""
+    ones that appeared during the test (never hpccl's: those must not exist) and that no live process
+    still uses (another test session's running job keeps its own), and return their names."""
     new = [f for f in shm_snapshot() - before if f.startswith(("mpich_shm_", "sm_segment", "psm"))]
+    if new:
+        busy = shm_in_use(new)
+        new = [f for f in new if f not in busy]
     for f in new:
         try:
             os.unlink(os.path.join("/dev/shm", f))

@@ -1,6 +1,8 @@
 """Single-process checks of the pieces: config registry, ops, node map, cost model, perf workloads."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -140,3 +142,33 @@ def test_gpu_kernels_sized_to_be_resident_together(sms):
             assert 2 * (n - 1) * per * share <= max(sms, 2 * (n - 1) * share)
     assert block_cap(132, 1) >= MAX_BLOCKS and block_cap(132, 2) >= MAX_BLOCKS  # one or two ranks: as before
     assert block_cap(132, 4) == 33 and block_cap(132, 8) == 16
+
+
+def test_mpi_leftovers_kept_while_a_live_process_maps_them():
+    """The per-test /dev/shm clean-up (tests/conftest.py) removes new MPI segments only once no process uses
+    them: a segment another test session's running MPI job maps stays, and goes once that process ends."""
+    import subprocess
+    import sys
+
+    import mpirun
+    name = f"mpich_shm_hpccl_test_{os.getpid()}"
+    before = mpirun.shm_snapshot()
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import mmap, os, sys
+fd = os.open('/dev/shm/{name}', os.O_CREAT | os.O_RDWR, 0o600)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+os.close(fd)
+print('mapped', flush=True)
+sys.stdin.read()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "mapped"
+        assert name in mpirun.shm_in_use([name])
+        assert name not in mpirun.remove_mpi_leftovers(before)
+        assert os.path.exists(f"/dev/shm/{name}")
+    finally:
+        holder.communicate("", timeout=30)
+    assert mpirun.shm_in_use([name]) == set()
+    assert name in mpirun.remove_mpi_leftovers(before)
+    assert not os.path.exists(f"/dev/shm/{name}")
