@@ -481,3 +481,27 @@ def test_a_refused_engine_leaves_the_process_files_alone():
         os.dup2(saved, 0)
         for fd in (saved, r, w):
             os.close(fd)
+
+
+@pytest.mark.parametrize("in_service", [False, True])
+def test_the_transport_waits_for_goodbyes_only_once_in_service(in_service, monkeypatch):
+    """EngineTransport.close asks its engines (the lanes, then the first) to wait HPCCL_TIMEOUT for goodbyes
+    only when its set-up succeeded; a transport whose set-up failed closes with no wait, since a peer may
+    have no engine to answer (a wire-up that failed there would otherwise hold close for HPCCL_TIMEOUT)."""
+    from hpccl.transport.engine import EngineTransport
+
+    class Eng:
+        def __init__(self):
+            self.waits = []
+
+        def close(self, wait):
+            self.waits.append(wait)
+            return []
+
+    monkeypatch.setenv("HPCCL_TIMEOUT", "42")
+    t = EngineTransport.__new__(EngineTransport)
+    first, lane = Eng(), Eng()
+    t.eng, t.lanes, t.rank, t._closed, t._in_service, t._pool = first, [first, lane], 0, False, in_service, {}
+    t.close()
+    t.close()  # twice: the engines are closed once
+    assert first.waits == lane.waits == [42.0 if in_service else 0.0]
