@@ -5,9 +5,11 @@ once and whose piped "kernel" writes the step's last ready token (so the engines
 --depth replays are in flight (a thread waits for the oldest one's done words before the next: depth 1, the
 engines are idle while the caller replays; 2 and more, back to back, they work on earlier calls meanwhile).
 Prints, per k, the median time inside NetProgram.run() and its slope per piece: the replay's own cost, without
-the GPU machine's driver calls.
+the GPU machine's driver calls. With --gap-ms each replay follows a sleep (the engines asleep too), and a
+control without hpccl (a fixed piece of work after the same sleep) shows what the machine itself adds.
 
     python3 bench/replay_cost_cpu.py [--pieces 1,4,16,64] [--lanes 2] [--reps 300] [--depth 1] [--form pipe]
+                                     [--gap-ms 0]
 """
 from __future__ import annotations
 
@@ -84,12 +86,27 @@ def program(engs, peer: int, k: int, lanes: int, fns: tuple, words, state, stage
     return engs[0].program(acts, msgs, fns, (wa, wa, wa + 48), lane_t, ctypes.addressof(state), 0, 10.0, 0, None)
 
 
+def control(gap_ms: float, reps: int = 100) -> float:
+    """Median us of a fixed piece of work with no hpccl in it (fill 64 KiB, sum 200 ints), each after sleeping
+    gap_ms: what a thread's first microseconds after a sleep cost on this machine, for comparison."""
+    a, times = np.zeros(1 << 16, np.uint8), []
+    for _ in range(reps):
+        time.sleep(gap_ms / 1e3)
+        t = time.perf_counter_ns()
+        a[:] = 1
+        sum(range(200))
+        times.append(time.perf_counter_ns() - t)
+    return statistics.median(times) / 1e3
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pieces", default="1,4,16,64")
     ap.add_argument("--lanes", type=int, default=2)
     ap.add_argument("--reps", type=int, default=300)
     ap.add_argument("--depth", type=int, default=1, help="replays in flight per rank")
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="sleep between a replay's end and the next (the engines go to sleep after a few ms idle)")
     ap.add_argument("--form", choices=("pipe", "pieces"), default="pipe",
                     help="the piped step as one A_PIPE action (this branch's replays) or a post per piece")
     a = ap.parse_args()
@@ -127,6 +144,9 @@ def main() -> int:
                     times[r].append(time.perf_counter_ns() - t)
                     wants.append([st[6 + j] for j in range(a.lanes)])  # NetState.val: this replay's done values
                     drain(a.depth - 1)
+                    if a.gap_ms:
+                        drain(0)
+                        time.sleep(a.gap_ms / 1e3)
                 drain(0)
             threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
             for t in threads:
@@ -139,6 +159,9 @@ def main() -> int:
         if len(rows) > 1:
             (k0, t0), (k1, t1) = rows[0], rows[-1]
             print(f"slope: {(t1 - t0) / (k1 - k0):.3f} us per piece ({k0} to {k1} pieces)", flush=True)
+        if a.gap_ms:
+            print(f"control (no hpccl): {control(a.gap_ms):7.2f} us after the same gap, {control(0):7.2f} us "
+                  "back to back", flush=True)
     finally:
         for p in pairs:
             for e in p:
