@@ -49,10 +49,11 @@ def shm_snapshot() -> set:
 
 
 def shm_in_use(names: Sequence[str]) -> set:
-    """Those of the /dev/shm ``names`` a live process still maps or holds open (read from /proc)."""
+    """Those of the /dev/shm ``names`` another live process still maps or holds open (read from /proc; this
+    process's own use does not count: removing the name leaves its mapping intact)."""
     paths = {f"/dev/shm/{n}": n for n in names}
     used: set = set()
-    for pid in (d for d in os.listdir("/proc") if d.isdigit()):
+    for pid in (d for d in os.listdir("/proc") if d.isdigit() and int(d) != os.getpid()):
         try:
             with open(f"/proc/{pid}/maps") as f:
                 maps = f.read()
