@@ -199,7 +199,7 @@ def _tcp_seg(text: str) -> int:
 _param("HPCCL_UCX_TCP_SEG", 512 << 10, _tcp_seg,
        "The TCP send and receive segment size HPCCL_UCX_TCP_TUNE gives hpccl's UCX context (8 KiB to 16 MiB). "
        "Between two hosts 128K moves one 512 KiB-1 MiB message in about half the time 512K takes, while "
-       "512K serves 16 MiB all_gather and all_reduce better (docs/PERFORMANCE.md \"TCP segment size\").")
+       "512K serves 16 MiB all_reduce a little better (docs/PERFORMANCE.md \"TCP segment size\").")
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
 _param("HPCCL_TORCH_NATIVE", True, _bool,
