@@ -6,6 +6,9 @@ them (another test session's running job keeps its own) and the tests that left 
 section (hpccl's own segments are asserted by the tests that make them)."""
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 import mpirun
@@ -46,15 +49,32 @@ def pytest_collection_modifyitems(config, items):
 
 
 _SHM_LEFT: list = []  # (test node id, the MPI segments it left in /dev/shm, removed)
+_SHM_BUSY: dict = {}  # segment -> the test that left it while another process still used it (removed later)
+
+
+def _remove_busy(wait: float = 0.0) -> None:
+    """Remove the segments left in use by earlier tests once nothing uses them (waiting up to ``wait`` s)."""
+    end = time.monotonic() + wait
+    while _SHM_BUSY:
+        for name in mpirun.remove_unused(list(_SHM_BUSY)):
+            _SHM_LEFT.append((_SHM_BUSY.pop(name), [name]))
+        for name in [n for n in _SHM_BUSY if not os.path.exists(os.path.join("/dev/shm", n))]:
+            del _SHM_BUSY[name]  # its holder removed it
+        if not _SHM_BUSY or time.monotonic() >= end:
+            break
+        time.sleep(0.2)
 
 
 @pytest.fixture(autouse=True)
 def _dev_shm_after_each_test(request):
     before = mpirun.shm_snapshot()
     yield
-    left = mpirun.remove_mpi_leftovers(before)
+    busy: set = set()
+    left = mpirun.remove_mpi_leftovers(before, busy)
     if left:
         _SHM_LEFT.append((request.node.nodeid, sorted(left)))
+    _SHM_BUSY.update((name, request.node.nodeid) for name in busy)
+    _remove_busy()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -67,6 +87,11 @@ def pytest_runtest_makereport(item, call):
 
 def pytest_terminal_summary(terminalreporter):
     tr = terminalreporter
+    _remove_busy(wait=10.0)
+    if _SHM_BUSY:
+        tr.write_sep("=", f"/dev/shm: {len(_SHM_BUSY)} MPI segment(s) left in use by another live process")
+        for name, nodeid in sorted(_SHM_BUSY.items()):
+            tr.write_line(f"{nodeid}: {name}")
     if _SHM_LEFT:
         tr.write_sep("=", f"/dev/shm: MPI segments left by {len(_SHM_LEFT)} test(s), removed")
         for nodeid, names in _SHM_LEFT:

@@ -64,20 +64,37 @@ def shm_in_use(names: Sequence[str]) -> set:
     return used
 
 
-def remove_mpi_leftovers(before: set) -> List[str]:
-    """MPI libraries leave their own segments behind when a test kills a rank on purpose; remove the
-    ones that appeared during the test (never hpccl's: those must not exist) and that no live process
-    still uses (another test session's running job keeps its own), and return their names."""
-    new = [f for f in shm_snapshot() - before if f.startswith(("mpich_shm_", "sm_segment", "psm"))]
-    if new:
-        busy = shm_in_use(new)
-        new = [f for f in new if f not in busy]
-    for f in new:
+def _unlink(names: Sequence[str]) -> None:
+    for f in names:
         try:
             os.unlink(os.path.join("/dev/shm", f))
         except OSError:
             pass
+
+
+def remove_mpi_leftovers(before: set, busy: Optional[set] = None) -> List[str]:
+    """MPI libraries leave their own segments behind when a test kills a rank on purpose; remove the
+    ones that appeared during the test (never hpccl's: those must not exist) and that no other live process
+    still uses, and return their names. Those still in use (another test session's running job, or a rank of
+    this test that has not yet exited) are added to ``busy``, for remove_unused() later."""
+    new = [f for f in shm_snapshot() - before if f.startswith(("mpich_shm_", "sm_segment", "psm"))]
+    if new:
+        held = shm_in_use(new)
+        if busy is not None:
+            busy.update(held)
+        new = [f for f in new if f not in held]
+    _unlink(new)
     return new
+
+
+def remove_unused(names: Sequence[str]) -> List[str]:
+    """Remove those of ``names`` (segments remove_mpi_leftovers() found in use) that still exist and that no
+    other live process uses now; return them."""
+    present = [n for n in names if os.path.exists(os.path.join("/dev/shm", n))]
+    held = shm_in_use(present) if present else set()
+    gone = [n for n in present if n not in held]
+    _unlink(gone)
+    return gone
 
 
 def results(stdout: str) -> List[dict]:
