@@ -200,6 +200,24 @@ _param("HPCCL_UCX_TCP_SEG", 512 << 10, _tcp_seg,
        "The TCP send and receive segment size HPCCL_UCX_TCP_TUNE gives hpccl's UCX context (8 KiB to 16 MiB). "
        "Between two hosts 128K moves one 512 KiB-1 MiB message in about half the time 512K takes, while "
        "512K serves 16 MiB all_reduce a little better (docs/PERFORMANCE.md \"TCP segment size\").")
+def _ucx_settings(text: str) -> Dict[str, str]:
+    """'NAME=value;NAME=value' (UCX names without the UCX_ prefix) as a dict, names upper-cased."""
+    out: Dict[str, str] = {}
+    for item in (x.strip() for x in text.replace(",", ";").split(";")):
+        if not item:
+            continue
+        name, eq, value = item.partition("=")
+        name = name.strip().upper().removeprefix("UCX_")
+        if not eq or not name or not value.strip():
+            raise ValueError(f"{item!r} is not NAME=value")
+        out[name] = value.strip()
+    return out
+
+
+_param("HPCCL_UCX_CONFIG", {}, _ucx_settings,
+       "More UCX settings for hpccl's own UCX context alone, 'NAME=value;NAME=value' (UCX names without the "
+       "UCX_ prefix, e.g. 'PROTO_INFO=y;TCP_TX_SEG_SIZE=128k'): applied after hpccl's TCP settings and over "
+       "them; MPI's UCX context and the environment are unaffected. A setting UCX refuses is an error naming it.")
 _param("HPCCL_UCX_TLS", "", str,
        "UCX_TLS for hpccl's UCX worker when UCX_TLS itself is unset or empty (e.g. 'tcp,self').")
 _param("HPCCL_TORCH_NATIVE", True, _bool,

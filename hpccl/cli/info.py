@@ -64,9 +64,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         say(f"  {name:<24} = {str(value)!r:<14} [{source}]  {doc}")
     try:
         from hpccl.transport.ucx_config import wire_config
-        wire = wire_config()
+        wire = {**wire_config(), **config.get("HPCCL_UCX_CONFIG")}
         user = {k: os.environ[k] for k in sorted(os.environ) if k.startswith("UCX_TCP_")}
-        say("UCX wire settings hpccl gives its own context: "
+        say("UCX settings hpccl gives its own context: "
             + (" ".join(f"UCX_{k}={v}" for k, v in wire.items()) or "none")
             + (f"; the user's: {' '.join(f'{k}={v}' for k, v in user.items())}" if user else ""))
     except Exception as exc:  # noqa: BLE001 - a bad HPCCL_UCX_TCP_TUNE: say so, the rest still prints

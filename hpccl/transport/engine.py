@@ -167,17 +167,22 @@ class EngineTransport(ControlChannel, Transport):
             cfg["TLS"] = tls
         elif not tls and "UCX_TLS" in os.environ:  # an empty UCX_TLS selects nothing, to UCX
             cfg["TLS"] = "all"
+        extra = dict(config.get("HPCCL_UCX_CONFIG"))
+        cfg.update(extra)
         problem: Optional[str] = None
         address = b""
         self._cfg = cfg
         try:
             try:
                 self.eng = _ne.Engine(rank, self.size, cfg)
-            except ValueError as exc:  # a UCX that rejects the TCP settings: its defaults
+            except ValueError as exc:
+                if any(f"setting {k}=" in str(exc) for k in extra):
+                    raise RuntimeError(f"HPCCL_UCX_CONFIG: {exc}") from None
+                # a UCX that rejects the TCP settings: its defaults
                 log.warn("TRANSPORT", "UCX refused hpccl's TCP settings %s (%s); using UCX's defaults "
                          "(HPCCL_UCX_TCP_TUNE=0 silences this)", self.wire, exc)
                 self.wire = {}
-                self._cfg = {k: v for k, v in cfg.items() if k in ("TLS", "KEEPALIVE_INTERVAL")}
+                self._cfg = {k: v for k, v in cfg.items() if k in ("TLS", "KEEPALIVE_INTERVAL") or k in extra}
                 self.eng = _ne.Engine(rank, self.size, self._cfg)
             problem = _device_problem(self.eng.info())
             if problem is None:

@@ -81,3 +81,52 @@ def test_the_engine_accepts_the_wire_settings(monkeypatch):
     eng.close()
     with pytest.raises(ValueError, match="TCP_NO_SUCH_OPTION"):
         ne.Engine(0, 1, {"TLS": "tcp,self", "TCP_NO_SUCH_OPTION": "1"})
+
+
+def test_more_ucx_settings_for_hpccls_context_alone_parse_or_name_the_variable(monkeypatch):
+    """HPCCL_UCX_CONFIG: 'NAME=value;NAME=value', the UCX_ prefix optional, names upper-cased; anything
+    else is refused naming the variable."""
+    from hpccl import config
+    monkeypatch.delenv("HPCCL_UCX_CONFIG", raising=False)
+    assert config.get("HPCCL_UCX_CONFIG") == {}
+    monkeypatch.setenv("HPCCL_UCX_CONFIG", " proto_info=y; UCX_TCP_TX_SEG_SIZE = 64k ;")
+    assert config.get("HPCCL_UCX_CONFIG") == {"PROTO_INFO": "y", "TCP_TX_SEG_SIZE": "64k"}
+    for bad in ("PROTO_INFO", "=y", "TLS=", "A=1;B"):
+        monkeypatch.setenv("HPCCL_UCX_CONFIG", bad)
+        with pytest.raises(HpcclInvalidArgument, match="HPCCL_UCX_CONFIG"):
+            config.get("HPCCL_UCX_CONFIG")
+
+
+class _OneRank:
+    """The bootstrap of a communicator of one rank (allgather is the rank's own value)."""
+
+    size = 1
+
+    def allgather(self, value):
+        return [value]
+
+
+def test_more_ucx_settings_reach_the_engine_over_hpccls_own_and_a_refused_one_is_named(monkeypatch):
+    """The engine's context gets HPCCL_UCX_CONFIG after hpccl's TCP settings (it wins over them); a name
+    UCX does not know fails the set-up naming HPCCL_UCX_CONFIG and the setting, instead of the silent
+    fall-back to UCX's defaults that a refused TCP setting of hpccl's own gets."""
+    try:
+        from hpccl.transport.engine import EngineTransport, load
+        load()
+    except ImportError as exc:  # pragma: no cover - the engine is built by the normal install
+        pytest.skip(f"the network engine is not built here: {exc}")
+    from hpccl.errors import HpcclEnvironmentError
+    for k in ucx.WIRE_TCP_NAMES:
+        monkeypatch.delenv(f"UCX_{k}", raising=False)
+    monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
+    monkeypatch.delenv("HPCCL_UCX_TCP_SEG", raising=False)
+    monkeypatch.setenv("HPCCL_UCX_TLS", "tcp,self")
+    monkeypatch.setenv("HPCCL_UCX_CONFIG", "TCP_TX_SEG_SIZE=64k")
+    t = EngineTransport(_OneRank(), 0, [0])
+    try:
+        assert t._cfg["TCP_TX_SEG_SIZE"] == "64k" and t._cfg["TCP_RX_SEG_SIZE"] == str(512 << 10)
+    finally:
+        t.close()
+    monkeypatch.setenv("HPCCL_UCX_CONFIG", "TCP_NO_SUCH_OPTION=1")
+    with pytest.raises(HpcclEnvironmentError, match="HPCCL_UCX_CONFIG.*TCP_NO_SUCH_OPTION"):
+        EngineTransport(_OneRank(), 0, [0])
