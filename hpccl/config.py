@@ -200,10 +200,13 @@ _param("HPCCL_UCX_TCP_SEG", 512 << 10, _tcp_seg,
        "The TCP send and receive segment size HPCCL_UCX_TCP_TUNE gives hpccl's UCX context (8 KiB to 16 MiB). "
        "Between two hosts 128K moves one 512 KiB-1 MiB message in about half the time 512K takes, while "
        "512K serves 16 MiB all_reduce a little better (docs/PERFORMANCE.md \"TCP segment size\").")
+
+
 def _ucx_settings(text: str) -> Dict[str, str]:
-    """'NAME=value;NAME=value' (UCX names without the UCX_ prefix) as a dict, names upper-cased."""
+    """'NAME=value;NAME=value' (UCX names without the UCX_ prefix) as a dict, names upper-cased; only ';'
+    separates, since UCX values hold commas (TLS=tcp,self)."""
     out: Dict[str, str] = {}
-    for item in (x.strip() for x in text.replace(",", ";").split(";")):
+    for item in (x.strip() for x in text.split(";")):
         if not item:
             continue
         name, eq, value = item.partition("=")

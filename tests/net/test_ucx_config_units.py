@@ -64,9 +64,9 @@ def test_segment_size_is_a_setting_checked_before_use(monkeypatch):
             ucx.wire_config()
 
 
-def test_the_engine_accepts_the_wire_settings(monkeypatch):
-    """The settings are real UCX options of the UCX the engine loads: an engine is made with them, while a
-    name UCX does not know is refused (ValueError), so the acceptance is not vacuous."""
+def _engine_with_default_wire(monkeypatch):
+    """The native engine module (the test skips, saying so, where it is not built), with hpccl's default TCP
+    settings: no UCX_TCP_* or HPCCL_UCX_TCP_* in the environment."""
     try:
         from hpccl.transport.engine import load
         ne = load()
@@ -76,6 +76,13 @@ def test_the_engine_accepts_the_wire_settings(monkeypatch):
         monkeypatch.delenv(f"UCX_{k}", raising=False)
     monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
     monkeypatch.delenv("HPCCL_UCX_TCP_SEG", raising=False)
+    return ne
+
+
+def test_the_engine_accepts_the_wire_settings(monkeypatch):
+    """The settings are real UCX options of the UCX the engine loads: an engine is made with them, while a
+    name UCX does not know is refused (ValueError), so the acceptance is not vacuous."""
+    ne = _engine_with_default_wire(monkeypatch)
     assert ucx.wire_config() == ucx.wire_tcp()
     eng = ne.Engine(0, 1, {"TLS": "tcp,self", **ucx.wire_config()})
     eng.close()
@@ -91,6 +98,8 @@ def test_more_ucx_settings_for_hpccls_context_alone_parse_or_name_the_variable(m
     assert config.get("HPCCL_UCX_CONFIG") == {}
     monkeypatch.setenv("HPCCL_UCX_CONFIG", " proto_info=y; UCX_TCP_TX_SEG_SIZE = 64k ;")
     assert config.get("HPCCL_UCX_CONFIG") == {"PROTO_INFO": "y", "TCP_TX_SEG_SIZE": "64k"}
+    monkeypatch.setenv("HPCCL_UCX_CONFIG", "TLS=tcp,self;NET_DEVICES=eth0,eth1")  # values keep their commas
+    assert config.get("HPCCL_UCX_CONFIG") == {"TLS": "tcp,self", "NET_DEVICES": "eth0,eth1"}
     for bad in ("PROTO_INFO", "=y", "TLS=", "A=1;B"):
         monkeypatch.setenv("HPCCL_UCX_CONFIG", bad)
         with pytest.raises(HpcclInvalidArgument, match="HPCCL_UCX_CONFIG"):
@@ -110,16 +119,9 @@ def test_more_ucx_settings_reach_the_engine_over_hpccls_own_and_a_refused_one_is
     """The engine's context gets HPCCL_UCX_CONFIG after hpccl's TCP settings (it wins over them); a name
     UCX does not know fails the set-up naming HPCCL_UCX_CONFIG and the setting, instead of the silent
     fall-back to UCX's defaults that a refused TCP setting of hpccl's own gets."""
-    try:
-        from hpccl.transport.engine import EngineTransport, load
-        load()
-    except ImportError as exc:  # pragma: no cover - the engine is built by the normal install
-        pytest.skip(f"the network engine is not built here: {exc}")
+    _engine_with_default_wire(monkeypatch)
     from hpccl.errors import HpcclEnvironmentError
-    for k in ucx.WIRE_TCP_NAMES:
-        monkeypatch.delenv(f"UCX_{k}", raising=False)
-    monkeypatch.delenv("HPCCL_UCX_TCP_TUNE", raising=False)
-    monkeypatch.delenv("HPCCL_UCX_TCP_SEG", raising=False)
+    from hpccl.transport.engine import EngineTransport
     monkeypatch.setenv("HPCCL_UCX_TLS", "tcp,self")
     monkeypatch.setenv("HPCCL_UCX_CONFIG", "TCP_TX_SEG_SIZE=64k")
     t = EngineTransport(_OneRank(), 0, [0])
