@@ -6,7 +6,8 @@ and the GPU time of the same calls, on a communicator spanning nodes (HPCCL_NODE
 Per size: the median wall time of the call itself (it enqueues and returns; the stream is synchronized
 outside the timed region, so each call starts on a thread that waited for the GPU), of that the median time
 inside the C replay of a recorded call, the network steps per call Python enqueued (0 when replayed), and over
-a back-to-back loop (calls enqueued while the GPU works, as a training step's are) the host time per call and
+a back-to-back loop (calls enqueued while the GPU works, as a training step's are) the host time per call, of
+that the time inside the network front door's C call (its replay and bookkeeping, from its statistics), and
 the event-timed GPU time per call."""
 import argparse
 import json
@@ -76,6 +77,13 @@ def after_sync(call) -> list:
     return host
 
 
+def door_secs() -> tuple:
+    """(calls, seconds) the network front door has replayed and spent so far (0, 0 without one)."""
+    d = getattr(comm, "_door", None)
+    rows = d.rows("cuda") if d is not None else []
+    return sum(r[3] for r in rows), sum(r[5] for r in rows)
+
+
 def back_to_back(call) -> tuple:
     """(host us per call, GPU us per call, event-timed) over --iters calls enqueued back to back."""
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
@@ -117,13 +125,16 @@ for nbytes in [int(v) for v in a.sizes.split(",")]:
     # network steps per call enqueued through Python (replayed calls add none), fused and piped among them
     per = [(y - x) / a.iters for x, y in zip(before, seen())]
     in_c = statistics.median(fired) * 1e6 if fired else 0.0
+    d0 = door_secs()
     b2b_us, gpu_us = back_to_back(call)
+    d1 = door_secs()
+    door_us = (d1[1] - d0[1]) * 1e6 / (d1[0] - d0[0]) if d1[0] > d0[0] else 0.0
     comm.synchronize()
     ok = bool(float(x[0]) == expected())  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
            "host_us_back_to_back": b2b_us,
            "gpu_us_per_call": gpu_us, "ok": ok, "python_steps_per_call": per[0], "fused_per_call": per[1],
-           "piped_per_call": per[2], "replay_c_us_median": in_c}
+           "piped_per_call": per[2], "replay_c_us_median": in_c, "door_us_back_to_back": door_us}
     if a.nccl:
         row.update(nccl_cost(x))
     rows.append(row)
@@ -134,7 +145,8 @@ for nbytes in [int(v) for v in a.sizes.split(",")]:
     if comm.rank == 0:
         print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f}, back to back {b2b_us:6.1f})  "
               f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}  python steps/call {per[0]:.1f} "
-              f"(fused {per[1]:.1f}, piped {per[2]:.1f})  in the C replay {in_c:.1f} us", flush=True)
+              f"(fused {per[1]:.1f}, piped {per[2]:.1f})  in the C replay {in_c:.1f} us, in the door {door_us:.1f} us",
+              flush=True)
 if comm.rank == 0 and a.json:
     json.dump({"ranks": comm.size, "nodes": comm.num_nodes, "rows": rows,
                "path": comm._dev.path if comm._dev is not None else None}, open(a.json, "w"), indent=1)

@@ -44,6 +44,7 @@ typedef struct {
   PyObject *errcls;          /* what a failed driver call raises (HpcclSystemError) */
   int cp_contig_attr;        /* CuPy's arrays have the _c_contiguous attribute (else flags.c_contiguous) */
   int n;
+  unsigned long long gen;    /* bumped whenever the table is emptied: a slot handed out before is stale */
   nd_entry tab[ND_SLOTS];
   unsigned long long calls[ND_COLLS], bytes[ND_COLLS];
   double secs[ND_COLLS];
@@ -109,6 +110,7 @@ static void nd_drop(NetDoor *d) {
   for (int i = 0; i < ND_SLOTS; i++)
     if (d->tab[i].used) nd_clear_entry(&d->tab[i]);
   d->n = 0;
+  d->gen++;
 }
 
 /* a Python int as uint64 (addresses, counts): 0 when it is not one (error cleared) */
@@ -315,6 +317,47 @@ out:
   return rc;
 }
 
+/* replay entry e on stream and do the bookkeeping: 1 fired, 0 declined (nothing changed: the Python path
+   runs), -1 an error is set (a driver call failed, raised as the Python path raises it) */
+static int nd_fire_entry(NetDoor *d, nd_entry *e, unsigned long long stream) {
+  PyObject *g = PyObject_GetAttr(d->comm, s_group);
+  if (!g) return -1;
+  int grouped = g != Py_None;
+  Py_DECREF(g);
+  int gone = nd_truthy_attr(d->comm, s_destroyed), aborted = nd_truthy_attr(d->comm, s_aborted);
+  if (gone < 0 || aborted < 0) return -1;
+  if (grouped || gone || aborted) return 0;
+  PyObject *so = PyObject_GetAttr(d->comm, s_seq);
+  if (!so) return -1;
+  long long seq = PyLong_AsLongLong(so) + 1;
+  Py_DECREF(so);
+  if (seq == 0 && PyErr_Occurred()) return -1;
+  double t0 = nd_now();
+  char label[96];
+  snprintf(label, sizeof label, "%s #%lld", PyUnicode_AsUTF8(PyTuple_GET_ITEM(d->names, e->code)), seq);
+  int rc = nr_run(e->prog, stream, label);  /* runs no Python: e stays */
+  if (rc < 0) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
+    Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
+    if (msg) {
+      PyErr_SetObject(d->errcls, msg);
+      Py_DECREF(msg);
+    }
+    return -1;
+  }
+  if (rc) return 0;
+  int code = e->code;
+  unsigned long long nb = e->nbytes;  /* read first: the announce calls run Python, which may drop the table */
+  if (nd_account(d, code, seq) < 0) return -1;
+  d->calls[code]++;
+  d->bytes[code] += nb;
+  d->secs[code] += nd_now() - t0;
+  d->fired++;
+  return 1;
+}
+
 static PyObject *NetDoor_fire(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
   if (na != 6) {
     PyErr_SetString(PyExc_TypeError, "fire(code, sendbuf, recvbuf, op, root, stream)");
@@ -325,42 +368,29 @@ static PyObject *NetDoor_fire(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
   if (!nd_key(d, a, &k)) Py_RETURN_FALSE;
   nd_entry *e = nd_find(d, &k);
   if (!e) Py_RETURN_FALSE;
-  PyObject *g = PyObject_GetAttr(d->comm, s_group);
-  if (!g) return NULL;
-  int grouped = g != Py_None;
-  Py_DECREF(g);
-  int gone = nd_truthy_attr(d->comm, s_destroyed), aborted = nd_truthy_attr(d->comm, s_aborted);
-  if (gone < 0 || aborted < 0) return NULL;
-  if (grouped || gone || aborted) Py_RETURN_FALSE;
-  PyObject *so = PyObject_GetAttr(d->comm, s_seq);
-  if (!so) return NULL;
-  long long seq = PyLong_AsLongLong(so) + 1;
-  Py_DECREF(so);
-  if (seq == 0 && PyErr_Occurred()) return NULL;
-  double t0 = nd_now();
-  char label[96];
-  snprintf(label, sizeof label, "%s #%lld", PyUnicode_AsUTF8(PyTuple_GET_ITEM(d->names, e->code)), seq);
-  int rc = nr_run(e->prog, (unsigned long long)k.stream, label);  /* runs no Python: e stays */
-  if (rc < 0) {  /* a driver call failed: raised as the Python path raises it */
-    PyObject *et, *ev, *tb;
-    PyErr_Fetch(&et, &ev, &tb);
-    PyObject *msg = ev ? PyObject_Str(ev) : NULL;
-    Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
-    if (msg) {
-      PyErr_SetObject(d->errcls, msg);
-      Py_DECREF(msg);
-    }
+  int rc = nd_fire_entry(d, e, (unsigned long long)k.stream);
+  if (rc < 0) return NULL;
+  return PyBool_FromLong(rc);
+}
+
+/* The compiled torch backend's way in (hpccl/torch/_native.cpp), with the GIL held: the call slot() found
+   at generation gen, replayed on stream as fire() replays it. 0 when the table was emptied since (the
+   recording may be gone), the slot holds another stream's call, or fire() would decline. */
+static int nd_fire_slot(void *door, int slot, unsigned long long gen, unsigned long long stream) {
+  NetDoor *d = (NetDoor *)door;
+  if (gen != d->gen || slot < 0 || slot >= ND_SLOTS || !d->tab[slot].used || d->tab[slot].stream != stream) return 0;
+  return nd_fire_entry(d, &d->tab[slot], stream);
+}
+
+/* slot(code, sendbuf, recvbuf, op, root, stream): where fire() would find this call, -1 when it would not */
+static PyObject *NetDoor_slot(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
+  if (na != 6) {
+    PyErr_SetString(PyExc_TypeError, "slot(code, sendbuf, recvbuf, op, root, stream)");
     return NULL;
   }
-  if (rc) Py_RETURN_FALSE;
-  int code = k.code;
-  unsigned long long nb = e->nbytes;  /* read first: the announce calls run Python, which may drop the table */
-  if (nd_account(d, code, seq) < 0) return NULL;
-  d->calls[code]++;
-  d->bytes[code] += nb;
-  d->secs[code] += nd_now() - t0;
-  d->fired++;
-  Py_RETURN_TRUE;
+  nd_entry k;
+  nd_entry *e = d->n && nd_key(d, a, &k) ? nd_find(d, &k) : NULL;
+  return PyLong_FromLong(e ? (long)(e - d->tab) : -1L);
 }
 
 static PyObject *NetDoor_put(NetDoor *d, PyObject *const *a, Py_ssize_t na) {
@@ -419,6 +449,16 @@ static Py_ssize_t NetDoor_len(NetDoor *d) { return d->n; }
 static PyObject *NetDoor_get_fired(NetDoor *d, void *unused) {
   (void)unused;
   return PyLong_FromLongLong(d->fired);
+}
+
+static PyObject *NetDoor_get_gen(NetDoor *d, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(d->gen);
+}
+
+static PyObject *NetDoor_get_fire_slot(NetDoor *d, void *unused) {
+  (void)d; (void)unused;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)&nd_fire_slot);
 }
 
 static int NetDoor_init(NetDoor *d, PyObject *args, PyObject *kw) {
@@ -491,6 +531,9 @@ static PyMethodDef NetDoor_methods[] = {
   {"put", (PyCFunction)(void (*)(void))NetDoor_put, METH_FASTCALL,
    "put(code, send_key, recv_key, op, root, stream, program, nbytes) -> True when kept: a fire() whose "
    "buffers read as send_key and recv_key ((address, count, dtype, contiguous) or None) replays program"},
+  {"slot", (PyCFunction)(void (*)(void))NetDoor_slot, METH_FASTCALL,
+   "slot(code, sendbuf, recvbuf, op, root, stream) -> the entry fire() would replay for this call, -1: none "
+   "(for the compiled torch backend, with generation)"},
   {"drop", (PyCFunction)NetDoor_drop, METH_NOARGS, "forget every entry"},
   {"rows", (PyCFunction)NetDoor_rows, METH_O,
    "rows(kind) -> [(collective, kind, 'replayed', calls, bytes, seconds)] for the statistics"},
@@ -498,6 +541,10 @@ static PyMethodDef NetDoor_methods[] = {
 
 static PyGetSetDef NetDoor_getset[] = {
   {"fired", (getter)NetDoor_get_fired, NULL, "calls replayed through the door", NULL},
+  {"generation", (getter)NetDoor_get_gen, NULL, "bumped each time the entries are dropped (slots go stale)", NULL},
+  {"fire_slot", (getter)NetDoor_get_fire_slot, NULL,
+   "address of int nd_fire_slot(door, slot, generation, stream): 1 replayed, 0 declined, -1 error set; "
+   "the GIL held", NULL},
   {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods NetDoor_seq = {.sq_length = (lenfunc)NetDoor_len};

@@ -6,8 +6,11 @@
 // A call on dense CUDA tensors whose launch hpccl has already snapshotted (same collective, buffers, size,
 // dtype, op and stream) is replayed here: the same driver calls as CudaComm.fire (hpccl/gpu/cuda_comm.py), on the same
 // FastState (calls counted and published, stream order kept through the tail event, snapshots dropped
-// together through the generation). Everything else, and every first call, goes to the Python backend
-// (hpccl/torch/process_group.py), which validates, runs the call and arms the snapshot here.
+// together through the generation). A group that spans nodes (one rank per node) replays its recorded
+// network call instead: the network front door's entry (hpccl/csrc/_netdoor.c nd_fire_slot) is called
+// directly under the GIL, with none of the Python backend's code on the way. Everything else, and every first
+// call, goes to the Python backend (hpccl/torch/process_group.py), which validates, runs the call and arms the
+// snapshot or the door's entry here.
 // Built on first use by hpccl/torch/native.py; only c10 and c10d are used (no CUDA headers or libraries:
 // the driver's entry points come from hpccl's own driver bindings).
 #include <ATen/core/ivalue.h>
@@ -29,6 +32,7 @@ using launch_t = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned
 using capturing_t = int (*)(void*, int*);
 using record_t = int (*)(void*, void*);
 using wait_t = int (*)(void*, void*, unsigned);
+using net_fire_t = int (*)(void*, int, unsigned long long, unsigned long long);  // door, slot, generation, stream
 
 // hpccl.kernels.FastState, field for field
 struct FastState {
@@ -76,12 +80,15 @@ struct KeyHash {
   }
 };
 
-// A snapshotted launch (func null: the call moves nothing, e.g. one rank in place). The argument memory
-// behind params is kept alive by the Python side (HpcclProcessGroup._armed).
+// A snapshotted launch (func null: the call moves nothing, e.g. one rank in place), or (slot >= 0) the
+// network front door's entry of a recorded call across nodes, valid while the door's generation is gen.
+// The argument memory behind params, and the door, are kept alive by the Python side (ReplayGroup).
 struct Snapshot {
   void* func;
   unsigned grid, block;
   void** params;
+  int slot = -1;
+  uint64_t gen = 0;
 };
 
 // The result of a replayed call: complete on the stream it ran on, as far as the host is concerned (no
@@ -192,6 +199,25 @@ class Native : public c10d::Backend {
     have_side_ = true;
   }
 
+  // The network front door of a group across nodes (a NetDoor, held by the Python side), its nd_fire_slot,
+  // and the driver's event record and stream wait (an asynchronous call's stream waits on the caller's).
+  void attach_net(uint64_t door, uint64_t fire, uint64_t record, uint64_t wait) {
+    door_ = reinterpret_cast<void*>(door);
+    net_fire_ = reinterpret_cast<net_fire_t>(fire);
+    record_ = reinterpret_cast<record_t>(record);
+    wait_ = reinterpret_cast<wait_t>(wait);
+    table_.clear();
+  }
+
+  // Replay the door's entry ``slot`` (of its generation ``gen``) for later calls like this one.
+  void arm_net(int coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream, int slot, uint64_t gen) {
+    if (table_.size() >= kEntries) table_.clear();
+    Snapshot s{nullptr, 0, 0, nullptr};
+    s.slot = slot;
+    s.gen = gen;
+    table_[key(static_cast<Coll>(coll), in, out, op, stream)] = s;
+  }
+
   // Replay this launch for later calls like this one (collective, input, output, op, stream); func 0: the
   // call moves nothing.
   void arm(int coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream, int64_t gen,
@@ -254,7 +280,7 @@ class Native : public c10d::Backend {
                static_cast<int32_t>(coll) << 24 | op};
   }
 
-  bool ready() const { return fs_ != nullptr && !held_; }
+  bool ready() const { return (fs_ != nullptr || door_ != nullptr) && !held_; }
 
   // Replay the snapshot of this call, if there is one and nothing forbids it; else a null Work.
   c10::intrusive_ptr<c10d::Work> replay(Coll coll, const at::Tensor& in, const at::Tensor& out, int op, bool async,
@@ -262,7 +288,7 @@ class Native : public c10d::Backend {
     if (!in.is_cuda() || !out.is_cuda() || in.is_sparse() || !in.is_contiguous() || !out.is_contiguous() ||
         in.device() != out.device())
       return {};
-    if (!fs_->live || fs_->held || fs_->gen != gen_ || *err_ != 0) return {};
+    if (fs_ != nullptr && (!fs_->live || fs_->held || fs_->gen != gen_ || *err_ != 0)) return {};
     if (async && !have_side_) return {};
     c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
     c10::Stream cur = impl.getStream(in.device());
@@ -272,6 +298,8 @@ class Native : public c10d::Backend {
     if (it == table_.end()) return {};
     RECORD_FUNCTION(name, std::vector<c10::IValue>());
     const Snapshot& s = it->second;
+    if (s.slot >= 0) return replay_net(s, in, out, async, cur_h, st, result, type);
+    if (fs_ == nullptr) return {};
     if (s.func != nullptr) {
       if (async) {  // hpccl's stream starts after the caller's work so far
         record_(join_, reinterpret_cast<void*>(cur_h));
@@ -289,6 +317,34 @@ class Native : public c10d::Backend {
     if (!async) return c10::make_intrusive<ReplayWork>(rank_, type, result, nullptr, true);
     if (s.func == nullptr)
       return c10::make_intrusive<ReplayWork>(rank_, type, result, ReplayWork::completed(result), false);
+    c10::Stream prev = impl.exchangeStream(side_);  // the future completes after hpccl's stream
+    auto fut = ReplayWork::completed(result);
+    impl.exchangeStream(prev);
+    return c10::make_intrusive<ReplayWork>(rank_, type, result, std::move(fut), false);
+  }
+
+  // A call across nodes: the door replays the recorded network call on st (its own stream order, capture
+  // check and bookkeeping), under the GIL; it declining (a group open, the communicator gone, capturing,
+  // the recording dropped) sends the call to the Python backend, which reports or captures it.
+  c10::intrusive_ptr<c10d::Work> replay_net(const Snapshot& s, const at::Tensor& in, const at::Tensor& out, bool async,
+                                            uint64_t cur_h, uint64_t st, const std::vector<at::Tensor>& result,
+                                            c10d::OpType type) {
+    if (async) {  // hpccl's stream starts after the caller's work so far
+      record_(join_, reinterpret_cast<void*>(cur_h));
+      wait_(reinterpret_cast<void*>(st), join_, 0);
+    }
+    int rc;
+    {
+      py::gil_scoped_acquire gil;
+      rc = net_fire_(door_, s.slot, s.gen, st);
+      if (rc < 0) throw py::error_already_set();  // a driver call failed: raised as the Python path raises it
+    }
+    if (rc == 0) return {};
+    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+    ++replays_;
+    if (!async) return c10::make_intrusive<ReplayWork>(rank_, type, result, nullptr, true);
+    impl.recordDataPtrOnStream(in.storage().data_ptr(), side_);
+    if (!out.is_same(in)) impl.recordDataPtrOnStream(out.storage().data_ptr(), side_);
     c10::Stream prev = impl.exchangeStream(side_);  // the future completes after hpccl's stream
     auto fut = ReplayWork::completed(result);
     impl.exchangeStream(prev);
@@ -323,6 +379,8 @@ class Native : public c10d::Backend {
   }
 
   py::object slow_;
+  void* door_ = nullptr;
+  net_fire_t net_fire_ = nullptr;
   FastState* fs_ = nullptr;
   volatile uint32_t* err_ = nullptr;
   int64_t* pub_ = nullptr;
@@ -350,6 +408,8 @@ PYBIND11_MODULE(hpccl_torch_native, m) {
       .def("attach", &Native::attach)
       .def("side", &Native::side)
       .def("arm", &Native::arm)
+      .def("attach_net", &Native::attach_net)
+      .def("arm_net", &Native::arm_net)
       .def("hold", &Native::hold)
       .def_property_readonly("replays", &Native::replays)
       .def_property_readonly("generation", &Native::generation);

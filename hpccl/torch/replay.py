@@ -1,9 +1,11 @@
 """ReplayGroup: the hpccl ProcessGroup whose all_reduce, all_gather_into_tensor and reduce_scatter_tensor
 torch dispatches to hpccl's compiled backend (hpccl/torch/_native.cpp) instead of Python. A repeated call
 on dense CUDA tensors (DDP's buckets, FSDP2's parameter groups, a training loop's dist.all_reduce) replays
-its snapshotted launch there with no Python and no GIL; the first call on each buffer, and every other
-call, runs the Python backend's method, and this module then hands the launch hpccl snapshotted for it to
-the compiled side ("arms" it). Every other op stays Python's (HpcclProcessGroup)."""
+its snapshotted launch there with no Python and no GIL; a group across nodes (one rank per node) replays its
+recorded network call through the network front door's C entry, under the GIL but with no Python of the
+backend's. The first call on each buffer, and every other call, runs the Python backend's method, and this
+module then hands what hpccl snapshotted or recorded for it to the compiled side ("arms" it). Every other op
+stays Python's (HpcclProcessGroup)."""
 from __future__ import annotations
 
 import ctypes
@@ -15,10 +17,12 @@ import torch.distributed as dist
 
 from .. import Communicator
 from ..gpu.cuda_comm import NOTHING
+from ..kernels import Driver
 from .options import asynchronous, flat, reduce_op
 from .process_group import HpcclProcessGroup
 
 AR, AG, RS = 0, 1, 2  # the compiled side's collective numbers (Coll in _native.cpp)
+_DOOR_CODES = (0, 3, 4)  # theirs at the network front door (gpu/netreplay.py CODES)
 _CPP = dist.ProcessGroup.__dict__  # the C++ methods themselves (descriptors, so they bind)
 
 
@@ -46,6 +50,7 @@ class ReplayGroup(HpcclProcessGroup):
         for dev in ("cpu", "cuda"):
             self._register_backend(torch.device(dev), dist.ProcessGroup.BackendType.CUSTOM, self.native)
         self._engine: Any = None  # the CudaComm attached to the compiled side
+        self._door: Any = None  # or the network front door (a NetDoor) of a group across nodes
         self._side_dev: Optional[int] = None
         self._armed: Dict[tuple, Any] = {}  # launches the compiled side replays (their argument memory)
         self._armed_gen = -1
@@ -79,13 +84,11 @@ class ReplayGroup(HpcclProcessGroup):
             if factor is not None:
                 return  # a premul sum reduces a scaled copy made per call: nothing to replay
             rop = int(getattr(opts.reduceOp, "op", opts.reduceOp))
-        dev = self.comm._dev
+        dev, door = self.comm._dev, self.comm._door
         eng = dev.engine if dev is not None else None
-        if eng is None or not (inp.is_contiguous() and out.is_contiguous()):
+        if (eng is None and door is None) or not (inp.is_contiguous() and out.is_contiguous()):
             return
         idx = inp.get_device()
-        if eng is not self._engine:
-            self._attach(eng)
         h = torch._C._cuda_getCurrentRawStream(idx)
         if asynchronous(opts):
             side = self._sides.get(idx)
@@ -95,6 +98,11 @@ class ReplayGroup(HpcclProcessGroup):
                 self.native.side(*side.ids, side.h, side.join)
                 self._side_dev = idx
             h = side.h
+        if door is not None:
+            self._arm_net(door, coll, inp, out, op, rop, h)
+            return
+        if eng is not self._engine:
+            self._attach(eng)
         x = flat(inp, "tensor")
         ln = eng._fast.get(eng.fast_key(name, x, None if coll == AR else flat(out, "output"), op, -1, h))
         if ln is None or (ln is not NOTHING and not hasattr(ln, "fi")):
@@ -109,12 +117,25 @@ class ReplayGroup(HpcclProcessGroup):
         else:
             self.native.arm(coll, inp, out, rop, h, gen, ln.fi, ln.grid, ln.block, ln.pi)
 
+    def _arm_net(self, door: Any, coll: int, inp: torch.Tensor, out: torch.Tensor, op: Any, rop: int, h: int) -> None:
+        """Hand the door's entry for this call (the Python path just ran it: recorded, or replayed through
+        the door) to the compiled side; none yet (a first call is recorded at its end) arms nothing."""
+        if door is not self._door:
+            drv = Driver.get()
+            self.native.attach_net(id(door), door.fire_slot, drv.entry_points()[2], drv.wait_entry_point())
+            self._door, self._engine = door, None
+            self._armed.clear()
+        y = None if coll == AR else flat(out, "output")
+        slot = door.slot(_DOOR_CODES[coll], flat(inp, "tensor"), y, op, -1, h)
+        if slot >= 0:
+            self.native.arm_net(coll, inp, out, rop, h, slot, door.generation)
+
     def _attach(self, eng: Any) -> None:
         pub = eng._shm.device_counter_address() if eng._pub is not None else 0
         launch, capturing, record = eng._entry
         self.native.attach(ctypes.addressof(eng.fs), ctypes.addressof(eng._err), pub, eng._tail.ptr, launch,
                            capturing, record, eng.driver.wait_entry_point())
-        self._engine = eng
+        self._engine, self._door = eng, None
         self._armed.clear()
 
     # ----- torch's coalescing: the compiled side steps aside ----------------------------------------

@@ -221,6 +221,45 @@ def test_anything_else_is_declined_with_nothing_changed(ranks):
         d.fire(0, x, y)
 
 
+FIRE_SLOT = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong)
+
+
+def test_the_compiled_torch_backends_way_in_by_slot(ranks):
+    """slot() finds where fire() would replay a call (-1: nowhere); the C entry nd_fire_slot (fire_slot, called
+    as hpccl/torch/_native.cpp calls it, the GIL held) replays that entry with fire()'s bookkeeping, and
+    declines (0, nothing changed) a slot of an older generation (the entries were dropped), of another
+    stream, an empty one, and what fire() declines."""
+    gpus, nets, reps, comms, doors, xs, ys = ranks
+    fire = [FIRE_SLOT(d.fire_slot) for d in doors]
+    slots = [d.slot(0, x, y, "sum", -1, None) for d, x, y in zip(doors, xs, ys)]
+    gens = [d.generation for d in doors]
+    assert all(0 <= s < 512 for s in slots)
+    assert doors[0].slot(0, xs[0], ys[0], "max", -1, None) == -1 and doors[0].slot(0, xs[0], None, "sum", -1, 1) == -1
+    for i in range(2, 6):
+        for r in range(2):
+            gpus[r].q.put(lambda y=ys[r].a: y.fill(0))
+            assert fire[r](doors[r], slots[r], gens[r], 1) == 1
+        for g in gpus:
+            g.drain()
+        assert np.all(ys[0].a == 3) and np.all(ys[1].a == 3), i
+    c, d, tok = comms[0], doors[0], nets[0].st.tok
+    assert c._seq == 5 and c._waiter.collective == "all_reduce" and c._transports[1].seen == [2, 3, 4, 5]
+    assert d.fired == 4 and d.rows("cuda")[0][:4] == ("all_reduce", "cuda", "replayed", 4)
+    declined = {"another stream": (slots[0], gens[0], 2), "an empty slot": ((slots[0] + 1) % 512, gens[0], 1),
+                "a slot out of range": (512, gens[0], 1), "an older generation": (slots[0], gens[0] - 1, 1)}
+    for why, (slot, gen, st) in declined.items():
+        assert fire[0](d, slot, gen, st) == 0, why
+    c._group = []
+    assert fire[0](d, slots[0], gens[0], 1) == 0, "in a group"
+    c._group = None
+    assert c._seq == 5 and d.fired == 4 and nets[0].st.tok == tok
+    reps[0].drop()
+    assert d.generation == gens[0] + 1 and fire[0](d, slots[0], gens[0], 1) == 0, "dropped"
+    assert d.slot(0, xs[0], ys[0], "sum", -1, None) == -1
+    with pytest.raises(TypeError):
+        d.slot(0, xs[0])
+
+
 def test_torch_tensors_and_the_outputs_python_allocates(pair):
     """A CUDA tensor's key is its data_ptr(), numel(), dtype and is_contiguous(), on the stream given (None:
     torch's current stream on the tensor's device, as torch_stream reads it; declined without one); all_gather
