@@ -84,6 +84,13 @@ def door_secs() -> tuple:
     return sum(r[3] for r in rows), sum(r[5] for r in rows)
 
 
+def wakes() -> int:
+    """Times a caller woke a sleeping engine thread of this rank's lanes (a write(2) each), so far."""
+    net = getattr(getattr(comm._dev, "prim", None), "net", None)
+    engs = getattr(net, "engs", [])
+    return sum(getattr(e, "wakes", None) or getattr(getattr(e, "eng", None), "wakes", 0) for e in engs)
+
+
 def back_to_back(call) -> tuple:
     """(host us per call, GPU us per call, event-timed) over --iters calls enqueued back to back."""
     e0, e1 = cupy.cuda.Event(), cupy.cuda.Event()
@@ -125,16 +132,17 @@ for nbytes in [int(v) for v in a.sizes.split(",")]:
     # network steps per call enqueued through Python (replayed calls add none), fused and piped among them
     per = [(y - x) / a.iters for x, y in zip(before, seen())]
     in_c = statistics.median(fired) * 1e6 if fired else 0.0
-    d0 = door_secs()
+    d0, w0 = door_secs(), wakes()
     b2b_us, gpu_us = back_to_back(call)
-    d1 = door_secs()
+    d1, w1 = door_secs(), wakes()
     door_us = (d1[1] - d0[1]) * 1e6 / (d1[0] - d0[0]) if d1[0] > d0[0] else 0.0
     comm.synchronize()
     ok = bool(float(x[0]) == expected())  # every call multiplied it by size
     row = {"bytes": nbytes, "host_us_median": statistics.median(host) * 1e6, "host_us_max": max(host) * 1e6,
            "host_us_back_to_back": b2b_us,
            "gpu_us_per_call": gpu_us, "ok": ok, "python_steps_per_call": per[0], "fused_per_call": per[1],
-           "piped_per_call": per[2], "replay_c_us_median": in_c, "door_us_back_to_back": door_us}
+           "piped_per_call": per[2], "replay_c_us_median": in_c, "door_us_back_to_back": door_us,
+           "wakes_per_call_back_to_back": (w1 - w0) / a.iters}
     if a.nccl:
         row.update(nccl_cost(x))
     rows.append(row)
@@ -145,7 +153,8 @@ for nbytes in [int(v) for v in a.sizes.split(",")]:
     if comm.rank == 0:
         print(f"{nbytes:>10} B  host {row['host_us_median']:8.1f} us (max {row['host_us_max']:8.1f}, back to back {b2b_us:6.1f})  "
               f"gpu {gpu_us:10.1f} us/call  {'ok' if ok else 'WRONG'}  python steps/call {per[0]:.1f} "
-              f"(fused {per[1]:.1f}, piped {per[2]:.1f})  in the C replay {in_c:.1f} us, in the door {door_us:.1f} us",
+              f"(fused {per[1]:.1f}, piped {per[2]:.1f})  in the C replay {in_c:.1f} us, in the door {door_us:.1f} us, "
+              f"{(w1 - w0) / a.iters:.1f} engine wakes/call",
               flush=True)
 if comm.rank == 0 and a.json:
     json.dump({"ranks": comm.size, "nodes": comm.num_nodes, "rows": rows,

@@ -147,6 +147,12 @@ void wake_if_sleeping(engine_t *e) {
   if (atomic_load(&e->sleeping)) wake_engine(e);
 }
 
+/* as wake_if_sleeping, but an engine napping with batches in flight is left to wake by itself (a socket
+   event of those batches, or its millisecond's timeout), saving the caller a write(2) */
+void wake_if_idle(engine_t *e) {
+  if (atomic_load(&e->sleeping) == 1) wake_engine(e);
+}
+
 /* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
 void op_end(op_t *o, ucs_status_t st, size_t got) {
   if (o->done) return;
@@ -651,7 +657,9 @@ static void sleep_for(engine_t *e, int timeout_ms, int events) {
   struct pollfd fds[2] = {{e->wake, POLLIN, 0}, {efd, POLLIN, 0}};
   /* a look at the sockets that does not block (timeout 0) needs no wake-up: a submitter seeing the flag
      would pay a write(2) for nothing */
-  atomic_store(&e->sleeping, timeout_ms > 0);
+  /* 2: a short nap while batches are in flight (socket events and a timeout of a millisecond end it);
+     1: asleep with nothing in flight, for as long as 50 ms */
+  atomic_store(&e->sleeping, timeout_ms > 0 ? (e->nactive ? 2 : 1) : 0);
   pthread_mutex_lock(&e->qlock);
   int queued = e->qhead != NULL || e->aqhead != NULL;
   pthread_mutex_unlock(&e->qlock);
