@@ -87,8 +87,7 @@ def door_secs() -> tuple:
 def wakes() -> int:
     """Times a caller woke a sleeping engine thread of this rank's lanes (a write(2) each), so far."""
     net = getattr(getattr(comm._dev, "prim", None), "net", None)
-    engs = getattr(net, "engs", [])
-    return sum(getattr(e, "wakes", None) or getattr(getattr(e, "eng", None), "wakes", 0) for e in engs)
+    return sum(e.wakes for e in getattr(net, "engs", []))  # the lanes' engines (_netengine.Engine)
 
 
 def back_to_back(call) -> tuple:

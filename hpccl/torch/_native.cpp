@@ -298,24 +298,27 @@ class Native : public c10d::Backend {
     if (it == table_.end()) return {};
     RECORD_FUNCTION(name, std::vector<c10::IValue>());
     const Snapshot& s = it->second;
-    if (s.slot >= 0) return replay_net(s, in, out, async, cur_h, st, result, type);
-    if (fs_ == nullptr) return {};
-    if (s.func != nullptr) {
+    const bool net = s.slot >= 0;
+    if (!net && fs_ == nullptr) return {};
+    const bool moves = net || s.func != nullptr;
+    if (moves) {
       if (async) {  // hpccl's stream starts after the caller's work so far
         record_(join_, reinterpret_cast<void*>(cur_h));
         wait_(reinterpret_cast<void*>(st), join_, 0);
       }
-      if (!launch(s, st)) return {};
+      if (!(net ? fire_net(s, st) : launch(s, st))) return {};
       if (async) {  // the caching allocator keeps both buffers until hpccl's stream is done with them
         impl.recordDataPtrOnStream(in.storage().data_ptr(), side_);
         if (!out.is_same(in)) impl.recordDataPtrOnStream(out.storage().data_ptr(), side_);
       }
     }
-    ++fs_->seq;  // CudaComm._count
-    if (pub_ != nullptr) *pub_ = fs_->seq;
+    if (!net) {  // the door counts its calls itself
+      ++fs_->seq;  // CudaComm._count
+      if (pub_ != nullptr) *pub_ = fs_->seq;
+    }
     ++replays_;
     if (!async) return c10::make_intrusive<ReplayWork>(rank_, type, result, nullptr, true);
-    if (s.func == nullptr)
+    if (!moves)
       return c10::make_intrusive<ReplayWork>(rank_, type, result, ReplayWork::completed(result), false);
     c10::Stream prev = impl.exchangeStream(side_);  // the future completes after hpccl's stream
     auto fut = ReplayWork::completed(result);
@@ -324,31 +327,13 @@ class Native : public c10d::Backend {
   }
 
   // A call across nodes: the door replays the recorded network call on st (its own stream order, capture
-  // check and bookkeeping), under the GIL; it declining (a group open, the communicator gone, capturing,
-  // the recording dropped) sends the call to the Python backend, which reports or captures it.
-  c10::intrusive_ptr<c10d::Work> replay_net(const Snapshot& s, const at::Tensor& in, const at::Tensor& out, bool async,
-                                            uint64_t cur_h, uint64_t st, const std::vector<at::Tensor>& result,
-                                            c10d::OpType type) {
-    if (async) {  // hpccl's stream starts after the caller's work so far
-      record_(join_, reinterpret_cast<void*>(cur_h));
-      wait_(reinterpret_cast<void*>(st), join_, 0);
-    }
-    int rc;
-    {
-      py::gil_scoped_acquire gil;
-      rc = net_fire_(door_, s.slot, s.gen, st);
-      if (rc < 0) throw py::error_already_set();  // a driver call failed: raised as the Python path raises it
-    }
-    if (rc == 0) return {};
-    c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-    ++replays_;
-    if (!async) return c10::make_intrusive<ReplayWork>(rank_, type, result, nullptr, true);
-    impl.recordDataPtrOnStream(in.storage().data_ptr(), side_);
-    if (!out.is_same(in)) impl.recordDataPtrOnStream(out.storage().data_ptr(), side_);
-    c10::Stream prev = impl.exchangeStream(side_);  // the future completes after hpccl's stream
-    auto fut = ReplayWork::completed(result);
-    impl.exchangeStream(prev);
-    return c10::make_intrusive<ReplayWork>(rank_, type, result, std::move(fut), false);
+  // check and bookkeeping), under the GIL; false when it declines (a group open, the communicator gone,
+  // capturing, the recording dropped), and the Python backend then reports or captures the call.
+  bool fire_net(const Snapshot& s, uint64_t st) {
+    py::gil_scoped_acquire gil;
+    const int rc = net_fire_(door_, s.slot, s.gen, st);
+    if (rc < 0) throw py::error_already_set();  // a driver call failed: raised as the Python path raises it
+    return rc != 0;
   }
 
   // CudaComm.fire's driver work: order after the previous stream, capture check, launch, tail record.
