@@ -463,6 +463,59 @@ def test_compiled_runner_issues_every_step_in_order():
     assert rc != 0 and done == 2 and len(calls) == 3
 
 
+def test_a_clone_replays_through_the_runners_c_entry_with_its_own_buffers():
+    """What torch's compiled backend replays for a stream-synchronised call (hpccl/torch/_native.cpp): a
+    Clone of the program bound to that call's buffers, run through program_entry()'s C function. Its launches
+    carry argument structs of its own (the call's buffers, the rest as built), its batches are the program's,
+    and binding the program to another call's buffers afterwards changes nothing of the clone's."""
+    from hpccl.host import hotpath
+    if not hotpath.available():
+        pytest.skip("the compiled hot path is not built here (no C compiler at install)")
+    calls = []
+    P, U = ctypes.c_void_p, ctypes.c_uint
+    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, U, U, U, U, U, U, P, P, P)
+    BATCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, P, U)
+    CAPT = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.POINTER(ctypes.c_int))
+    REC = ctypes.CFUNCTYPE(ctypes.c_int, P, P)
+
+    def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        a = ctypes.cast(ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))[0], ctypes.POINTER(SafeArgs))[0]
+        calls.append(("k", f, gx, bx, stream, a.c.send, a.c.recv, a.c.aligned, a.c.nbytes, a.off, a.par))
+        return 0
+
+    def batch(stream, count, arr, flags):
+        calls.append(("m", count, arr, stream))
+        return 0
+
+    fns = (LAUNCH(launch), CAPT(lambda st, out: out.__setitem__(0, 0) or 0), REC(lambda ev, st: 0),
+           BATCH(batch))
+    addr = [ctypes.cast(f, ctypes.c_void_p).value for f in fns]
+    RUN = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_uint64] * 8, ctypes.POINTER(ctypes.c_uint64))
+    run = RUN(hotpath._hotpath.program_entry())
+    mem = Memory(16 << 20)
+    ranks, kern, lay = make_ranks(mem, 3, 64 << 10)
+    prog = ranks[1].b.one_pass(0, "all_reduce", 8, 0, 200000, 0, 0, -1)
+    a_send, a_recv, b_send, b_recv = 1 << 40, 2 << 40, 3 << 40, 4 << 40
+    prog.bind(a_send, a_recv, 1)
+    clone = prog.clone(b_send, b_recv, 0)
+    prog.bind(5 << 40, 6 << 40, 1)  # another call's buffers, after the clone was made
+    done = ctypes.c_uint64(0)
+    assert run(*addr, clone.addr, clone.count, 77, 99, ctypes.byref(done)) == 0 and done.value == clone.count
+    steps = prog.steps
+    assert clone.count == len(steps) and len(calls) == len(steps)
+    for c, st in zip(calls, steps):
+        if isinstance(st, gpu_sync.Batch):
+            assert c == ("m", st.count, ctypes.addressof(st.arr), 77)
+            continue
+        orig = st._keep[0]
+        assert c[0] == "k" and (c[1], c[2], c[3], c[4]) == (st.fi, st.grid, st.block, 77)
+        assert (c[8], c[9], c[10]) == (orig.c.nbytes, orig.off, orig.par)  # the rest as built
+        if any(orig is a for a in prog.args):
+            assert (c[5], c[6], c[7]) == (b_send, b_recv, 0)
+            assert (orig.c.send, orig.c.recv) == (5 << 40, 6 << 40)  # the program's own args: untouched
+    assert any(isinstance(st, gpu_sync.Batch) for st in steps) and any(c[0] == "k" and c[5] == b_send for c in calls)
+
+
 @pytest.mark.parametrize("coll", ["all_reduce", "all_gather"])
 def test_a_peer_whose_error_word_is_set_is_never_read_as_data(coll):
     """Issue 32's wrong result (GPU buffers, 3 nodes x 2, a rank killed): a rank whose network step failed

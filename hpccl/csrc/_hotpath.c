@@ -324,10 +324,12 @@ typedef struct {
   unsigned long long params; /* kernel parameter array, or the operations' array */
 } gpu_step;
 
-static PyObject *gpu_program(PyObject *self, PyObject *args) {
-  (void)self;
-  unsigned long long fl, fc, fr, fb, steps, nsteps, stream, event;
-  if (!PyArg_ParseTuple(args, "KKKKKKKK", &fl, &fc, &fr, &fb, &steps, &nsteps, &stream, &event)) return NULL;
+/* The runner itself, for C callers too (hpccl/torch/_native.cpp replays armed programs through its address,
+ * program_entry()): the CUresult of the failing step (its index in *done), -1 when the stream is capturing,
+ * else 0; *done is the number of steps enqueued. */
+static int hp_gpu_program(unsigned long long fl, unsigned long long fc, unsigned long long fr, unsigned long long fb,
+                          unsigned long long steps, unsigned long long nsteps, unsigned long long stream,
+                          unsigned long long event, unsigned long long *done) {
   int cap = 0;
   if (((capturing_t)(uintptr_t)fc)((void *)(uintptr_t)stream, &cap) != 0) cap = 0;
   const gpu_step *s = (const gpu_step *)(uintptr_t)steps;
@@ -337,11 +339,29 @@ static PyObject *gpu_program(PyObject *self, PyObject *args) {
                                              (void *)(uintptr_t)stream, (void **)(uintptr_t)s[i].params, NULL)
                  : ((batch_t)(uintptr_t)fb)((void *)(uintptr_t)stream, (unsigned)s[i].func,
                                             (void *)(uintptr_t)s[i].params, 0);
-    if (rc != 0) return Py_BuildValue("(iK)", rc, i);
+    if (rc != 0) {
+      *done = i;
+      return rc;
+    }
   }
-  if (cap) return Py_BuildValue("(iK)", -1, nsteps);
+  *done = nsteps;
+  if (cap) return -1;
   ((record_t)(uintptr_t)fr)((void *)(uintptr_t)event, (void *)(uintptr_t)stream);
-  return Py_BuildValue("(iK)", 0, nsteps);
+  return 0;
+}
+
+static PyObject *gpu_program(PyObject *self, PyObject *args) {
+  (void)self;
+  unsigned long long fl, fc, fr, fb, steps, nsteps, stream, event, done = 0;
+  if (!PyArg_ParseTuple(args, "KKKKKKKK", &fl, &fc, &fr, &fb, &steps, &nsteps, &stream, &event)) return NULL;
+  int rc = hp_gpu_program(fl, fc, fr, fb, steps, nsteps, stream, event, &done);
+  return Py_BuildValue("(iK)", rc, done);
+}
+
+static PyObject *program_entry(PyObject *self, PyObject *unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromVoidPtr((void *)(uintptr_t)&hp_gpu_program);
 }
 
 static PyMethodDef module_methods[] = {
@@ -349,6 +369,9 @@ static PyMethodDef module_methods[] = {
      "(cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, cuStreamBatchMemOp, steps, count, stream, tail event) "
      "-> (result, steps done): result 0, -1 when the stream is capturing (no event recorded), else the failing "
      "step's CUresult"},
+    {"program_entry", program_entry, METH_NOARGS,
+     "Address of gpu_program's runner as a C function (cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, "
+     "cuStreamBatchMemOp, steps, count, stream, tail event, unsigned long long *done) -> result"},
     {"gpu_launch", gpu_launch, METH_VARARGS,
      "(cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, func, grid, block, stream, params, tail event) -> "
      "launch result, or -1 when the stream is capturing (then no event was recorded)"},

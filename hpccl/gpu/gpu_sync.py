@@ -232,6 +232,11 @@ class Program:
                 a.c.send, a.c.recv, a.c.aligned = send, recv, aligned
             self._bufs = (send, recv, aligned)
 
+    def clone(self, send: int, recv: int, aligned: int) -> "Clone":
+        """A private copy bound to these buffers, for a replay outside Python (hpccl/torch/_native.cpp): its
+        own argument structs and packed steps, so binding this program to other buffers later leaves it be."""
+        return Clone(self, send, recv, aligned)
+
     def __call__(self, stream: int) -> int:
         for i, step in enumerate(self.steps):
             rc = step(stream)
@@ -241,6 +246,35 @@ class Program:
                                            f"enqueued (CUresult {rc})")
                 return rc
         return 0
+
+
+class Clone:
+    """A Program's steps with argument structs of their own, bound to one call's buffers; ``addr`` and
+    ``count`` are the packed steps for the compiled runner (hpccl/csrc/_hotpath.c program_entry). Batches are
+    constants and shared with the program (kept alive through it)."""
+
+    __slots__ = ("prog", "addr", "count", "_keep")
+
+    def __init__(self, prog: Program, send: int, recv: int, aligned: int) -> None:
+        self.prog, self.count = prog, len(prog.steps)
+        bound = {id(a) for a in prog.args}
+        arr = (GpuStep * max(1, self.count))()
+        self._keep: List[Any] = [arr]
+        for i, st in enumerate(prog.steps):
+            if isinstance(st, Batch):
+                arr[i].kind, arr[i].func, arr[i].params = 1, st.count, ctypes.addressof(st.arr)
+                continue
+            args = []
+            for a in st._keep[:-1]:  # a Launch keeps its arguments, then their pointer array
+                c = type(a).from_buffer_copy(a)
+                if id(a) in bound:
+                    c.c.send, c.c.recv, c.c.aligned = send, recv, aligned
+                args.append(c)
+            ptrs = (ctypes.c_void_p * len(args))(*[ctypes.addressof(c) for c in args])
+            self._keep += args + [ptrs]
+            arr[i].kind, arr[i].func, arr[i].grid, arr[i].block = 0, st.fi, st.grid, st.block
+            arr[i].params = ctypes.addressof(ptrs)
+        self.addr = ctypes.addressof(arr)
 
 
 class Bound:

@@ -21,6 +21,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <unordered_map>
 
 namespace py = pybind11;
@@ -33,6 +35,9 @@ using capturing_t = int (*)(void*, int*);
 using record_t = int (*)(void*, void*);
 using wait_t = int (*)(void*, void*, unsigned);
 using net_fire_t = int (*)(void*, int, unsigned long long, unsigned long long);  // door, slot, generation, stream
+// hpccl/csrc/_hotpath.c hp_gpu_program: cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, cuStreamBatchMemOp,
+// steps, count, stream, tail event, steps done -> CUresult of the failing step, -1 capturing, 0
+using program_t = int (*)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t*);
 
 // hpccl.kernels.FastState, field for field
 struct FastState {
@@ -80,13 +85,15 @@ struct KeyHash {
   }
 };
 
-// A snapshotted launch (func null: the call moves nothing, e.g. one rank in place), or (slot >= 0) the
-// network front door's entry of a recorded call across nodes, valid while the door's generation is gen.
-// The argument memory behind params, and the door, are kept alive by the Python side (ReplayGroup).
+// A snapshotted launch (func null: the call moves nothing, e.g. one rank in place), a stream-synchronised
+// program (steps > 0: func is its packed steps, hpccl/gpu/gpu_sync.py Clone), or (slot >= 0) the network
+// front door's entry of a recorded call across nodes, valid while the door's generation is gen.
+// The argument memory behind params and steps, and the door, are kept alive by the Python side (ReplayGroup).
 struct Snapshot {
   void* func;
   unsigned grid, block;
   void** params;
+  uint64_t steps = 0;
   int slot = -1;
   uint64_t gen = 0;
 };
@@ -176,9 +183,12 @@ class Native : public c10d::Backend {
 
   const std::string getBackendName() const override { return "hpccl"; }
 
-  // The GPU communicator's replay state and the driver's entry points (hpccl/gpu/cuda_comm.py).
+  // The GPU communicator's replay state and the driver's entry points (hpccl/gpu/cuda_comm.py); where its
+  // protocol is stream-synchronised, the program runner and cuStreamBatchMemOp too (else 0).
   void attach(uint64_t fs, uint64_t err, uint64_t pub, uint64_t tail, uint64_t launch, uint64_t capturing,
-              uint64_t record, uint64_t wait) {
+              uint64_t record, uint64_t wait, uint64_t program, uint64_t batch) {
+    program_ = reinterpret_cast<program_t>(program);
+    batch_ = batch;
     fs_ = reinterpret_cast<FastState*>(fs);
     err_ = reinterpret_cast<volatile uint32_t*>(err);
     pub_ = reinterpret_cast<int64_t*>(pub);
@@ -219,16 +229,18 @@ class Native : public c10d::Backend {
   }
 
   // Replay this launch for later calls like this one (collective, input, output, op, stream); func 0: the
-  // call moves nothing.
+  // call moves nothing; steps > 0: func is a program's packed steps.
   void arm(int coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream, int64_t gen,
-           uint64_t func, unsigned grid, unsigned block, uint64_t params) {
+           uint64_t func, unsigned grid, unsigned block, uint64_t params, uint64_t steps) {
+    if (steps > 0 && program_ == nullptr) return;
     if (gen != gen_) {
       table_.clear();
       gen_ = gen;
     }
     if (table_.size() >= kEntries) table_.clear();
-    table_[key(static_cast<Coll>(coll), in, out, op, stream)] =
-        Snapshot{reinterpret_cast<void*>(func), grid, block, reinterpret_cast<void**>(params)};
+    Snapshot s{reinterpret_cast<void*>(func), grid, block, reinterpret_cast<void**>(params)};
+    s.steps = steps;
+    table_[key(static_cast<Coll>(coll), in, out, op, stream)] = s;
   }
 
   // Coalescing (torch's _start/_end_coalescing): every call goes to the Python backend meanwhile.
@@ -336,7 +348,8 @@ class Native : public c10d::Backend {
     return rc != 0;
   }
 
-  // CudaComm.fire's driver work: order after the previous stream, capture check, launch, tail record.
+  // CudaComm.fire's driver work: order after the previous stream, capture check, launch (or the program's
+  // operations), tail record.
   bool launch(const Snapshot& s, uint64_t st) {
     void* stream = reinterpret_cast<void*>(st);
     int cap = 0;
@@ -345,6 +358,18 @@ class Native : public c10d::Backend {
       const uint64_t last = fs_->last_stream;
       fs_->last_stream = st;
       if (last != kNoStream && fs_->tail_live && !cap) wait_(stream, tail_, 0);
+    }
+    if (s.steps > 0) {  // CudaComm._run_compiled
+      uint64_t done = 0;
+      const int rc = program_(reinterpret_cast<uint64_t>(launch_), reinterpret_cast<uint64_t>(capturing_),
+                              reinterpret_cast<uint64_t>(record_), batch_, reinterpret_cast<uint64_t>(s.func),
+                              s.steps, st, reinterpret_cast<uint64_t>(tail_), &done);
+      if (rc > 0 && done > 0)  // some operations are on the stream already: not retried, reported
+        throw std::runtime_error("hpccl: a stream operation failed after " + std::to_string(done) + " of " +
+                                 std::to_string(s.steps) + " were enqueued (CUresult " + std::to_string(rc) + ")");
+      if (rc > 0) return false;
+      fs_->tail_live = rc == 0;
+      return true;
     }
     if (launch_(s.func, s.grid, 1, 1, s.block, 1, 1, 0, stream, s.params, nullptr) != 0) return false;
     if (cap) {
@@ -374,6 +399,8 @@ class Native : public c10d::Backend {
   capturing_t capturing_ = nullptr;
   record_t record_ = nullptr;
   wait_t wait_ = nullptr;
+  program_t program_ = nullptr;
+  uint64_t batch_ = 0;
   c10::Stream side_{c10::Stream::DEFAULT, c10::Device(c10::DeviceType::CPU)};
   uint64_t side_h_ = 0;
   void* join_ = nullptr;

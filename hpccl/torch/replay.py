@@ -17,6 +17,8 @@ import torch.distributed as dist
 
 from .. import Communicator
 from ..gpu.cuda_comm import NOTHING
+from ..gpu.gpu_sync import Bound, Clone
+from ..host import hotpath
 from ..kernels import Driver
 from .options import asynchronous, flat, reduce_op
 from .process_group import HpcclProcessGroup
@@ -105,17 +107,23 @@ class ReplayGroup(HpcclProcessGroup):
             self._attach(eng)
         x = flat(inp, "tensor")
         ln = eng._fast.get(eng.fast_key(name, x, None if coll == AR else flat(out, "output"), op, -1, h))
-        if ln is None or (ln is not NOTHING and not hasattr(ln, "fi")):
-            return  # a stream-synchronised program is several operations: the Python method runs it
+        if type(ln) is Bound:  # a stream-synchronised program: a copy of its own, bound to these buffers
+            if eng.compiled_program is None:
+                return
+            ln = ln.prog.clone(ln.send, ln.recv, ln.aligned)
+        elif ln is None or (ln is not NOTHING and not hasattr(ln, "fi")):
+            return
         gen = eng.fs.gen
         if gen != self._armed_gen:
             self._armed.clear()
             self._armed_gen = gen
         self._armed[(coll, inp.data_ptr(), out.data_ptr(), inp.nbytes, inp.dtype, rop, h)] = ln
         if ln is NOTHING:
-            self.native.arm(coll, inp, out, rop, h, gen, 0, 0, 0, 0)
+            self.native.arm(coll, inp, out, rop, h, gen, 0, 0, 0, 0, 0)
+        elif type(ln) is Clone:
+            self.native.arm(coll, inp, out, rop, h, gen, ln.addr, 0, 0, 0, ln.count)
         else:
-            self.native.arm(coll, inp, out, rop, h, gen, ln.fi, ln.grid, ln.block, ln.pi)
+            self.native.arm(coll, inp, out, rop, h, gen, ln.fi, ln.grid, ln.block, ln.pi, 0)
 
     def _arm_net(self, door: Any, coll: int, inp: torch.Tensor, out: torch.Tensor, op: Any, rop: int, h: int) -> None:
         """Hand the door's entry for this call (the Python path just ran it: recorded, or replayed through
@@ -133,8 +141,10 @@ class ReplayGroup(HpcclProcessGroup):
     def _attach(self, eng: Any) -> None:
         pub = eng._shm.device_counter_address() if eng._pub is not None else 0
         launch, capturing, record = eng._entry
+        prog = eng.compiled_program is not None
         self.native.attach(ctypes.addressof(eng.fs), ctypes.addressof(eng._err), pub, eng._tail.ptr, launch,
-                           capturing, record, eng.driver.wait_entry_point())
+                           capturing, record, eng.driver.wait_entry_point(),
+                           hotpath._hotpath.program_entry() if prog else 0, eng._batch_addr if prog else 0)
         self._engine, self._door = eng, None
         self._armed.clear()
 
