@@ -403,6 +403,14 @@ class Communicator:
                     if self._net_fire(coll, key):
                         self._fired(coll, key, "replayed", t0)
                         return FIRED
+            elif (self._dev.hier is not None and coll == "all_reduce" and self._group is None
+                  and not self._check_calls and not self._observed and not self._destroyed and not self._aborted):
+                key = self._dev.keys.key("ar", sendbuf, recvbuf, op, root, stream)
+                if key is not None:
+                    t0 = _perf()
+                    if self._dev.hier.fire(key, self._count_all_reduce):
+                        self._fired(coll, key, "hier replayed", t0)
+                        return FIRED
         if self._destroyed or self._aborted:
             self._alive(coll)
         return key
@@ -413,6 +421,14 @@ class Communicator:
         ks = key[1]
         self._rec.stats.add(coll, CUDA, algo, ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
                             _perf() - t0)
+
+    def _count_all_reduce(self) -> None:
+        """The bookkeeping of _run for a replayed all_reduce (hier's chains): its number, told to the
+        waiter and announced to the transports."""
+        seq = self._seq = self._seq + 1
+        self._waiter.collective, self._waiter.seq = "all_reduce", seq
+        for t in self._transports:
+            t.announce(seq)
 
     def _net_fire(self, coll: str, key: tuple) -> bool:
         """Enqueue a repeated GPU call across nodes from its recording (hpccl/gpu/netreplay.py); False when

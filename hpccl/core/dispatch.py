@@ -89,6 +89,9 @@ def device_collective(comm: Any, call: Call) -> None:
         check_capture(comm, st, coll, hier=True)
         from ..gpu.cuda_context import stream_context
         with stream_context(dev.device, st):
+            if dev.hier is not None and dev.hier.takes(call) and not dev.capturing(st):
+                dev.hier.record(call)  # through a chain: repeated calls then replay its sub-calls
+                return
             hier.run(hier_steps(comm, st, dev.graph_temp if dev.capturing(st) else None), coll, *args)
             if finish is not None:
                 dev.mem.finish(finish, call.op, comm.size)

@@ -286,18 +286,17 @@ static double nd_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* the Python path's bookkeeping after an enqueued replay (core/comm.py _net_fire and _fired) */
-static int nd_account(NetDoor *d, int code, long long seq) {
+/* the Python path's bookkeeping after an enqueued replay (core/comm.py _net_fire and _fired): comm's _seq,
+   its waiter's collective (``name``) and seq, each transport's announce(seq) */
+static int nd_account_comm(PyObject *comm, PyObject *name, long long seq) {
   PyObject *so = PyLong_FromLongLong(seq);
   if (!so) return -1;
   int rc = -1;
   PyObject *waiter = NULL, *ts = NULL;
-  if (PyObject_SetAttr(d->comm, s_seq, so) < 0) goto out;
-  if (!(waiter = PyObject_GetAttr(d->comm, s_waiter))) goto out;
-  if (PyObject_SetAttr(waiter, s_collective, PyTuple_GET_ITEM(d->names, code)) < 0 ||
-      PyObject_SetAttr(waiter, s_wseq, so) < 0)
-    goto out;
-  if (!(ts = PyObject_GetAttr(d->comm, s_transports))) goto out;
+  if (PyObject_SetAttr(comm, s_seq, so) < 0) goto out;
+  if (!(waiter = PyObject_GetAttr(comm, s_waiter))) goto out;
+  if (PyObject_SetAttr(waiter, s_collective, name) < 0 || PyObject_SetAttr(waiter, s_wseq, so) < 0) goto out;
+  if (!(ts = PyObject_GetAttr(comm, s_transports))) goto out;
   PyObject *seqf = PySequence_Fast(ts, "_transports is not a sequence");
   if (!seqf) goto out;
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seqf); i++) {
@@ -317,16 +316,42 @@ out:
   return rc;
 }
 
-/* replay entry e on stream and do the bookkeeping: 1 fired, 0 declined (nothing changed: the Python path
-   runs), -1 an error is set (a driver call failed, raised as the Python path raises it) */
-static int nd_fire_entry(NetDoor *d, nd_entry *e, unsigned long long stream) {
-  PyObject *g = PyObject_GetAttr(d->comm, s_group);
+static int nd_account(NetDoor *d, int code, long long seq) {
+  return nd_account_comm(d->comm, PyTuple_GET_ITEM(d->names, code), seq);
+}
+
+/* 1 when comm takes a replayed call now (no group open, not destroyed or aborted), 0 when it declines,
+   -1 an error is set */
+static int nd_open(PyObject *comm) {
+  PyObject *g = PyObject_GetAttr(comm, s_group);
   if (!g) return -1;
   int grouped = g != Py_None;
   Py_DECREF(g);
-  int gone = nd_truthy_attr(d->comm, s_destroyed), aborted = nd_truthy_attr(d->comm, s_aborted);
+  int gone = nd_truthy_attr(comm, s_destroyed), aborted = nd_truthy_attr(comm, s_aborted);
   if (gone < 0 || aborted < 0) return -1;
-  if (grouped || gone || aborted) return 0;
+  return !(grouped || gone || aborted);
+}
+
+/* The compiled torch backend's bookkeeping of a call it replays as other communicators' replays (a hier
+   all_reduce, hpccl/torch/_native.cpp), with the GIL held: commit 0 asks whether the communicator (a
+   Communicator, held by the caller) takes it (nd_open); commit 1 counts it as _run does (its next _seq,
+   the waiter's collective ``name`` and seq, each transport's announce): 1, or -1 with an error set. */
+static int nd_count(void *comm, void *name, int commit) {
+  PyObject *c = (PyObject *)comm;
+  if (!commit) return nd_open(c);
+  PyObject *so = PyObject_GetAttr(c, s_seq);
+  if (!so) return -1;
+  long long seq = PyLong_AsLongLong(so) + 1;
+  Py_DECREF(so);
+  if (seq == 0 && PyErr_Occurred()) return -1;
+  return nd_account_comm(c, (PyObject *)name, seq) < 0 ? -1 : 1;
+}
+
+/* replay entry e on stream and do the bookkeeping: 1 fired, 0 declined (nothing changed: the Python path
+   runs), -1 an error is set (a driver call failed, raised as the Python path raises it) */
+static int nd_fire_entry(NetDoor *d, nd_entry *e, unsigned long long stream) {
+  int open = nd_open(d->comm);
+  if (open <= 0) return open;
   PyObject *so = PyObject_GetAttr(d->comm, s_seq);
   if (!so) return -1;
   long long seq = PyLong_AsLongLong(so) + 1;
@@ -461,6 +486,12 @@ static PyObject *NetDoor_get_fire_slot(NetDoor *d, void *unused) {
   return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)&nd_fire_slot);
 }
 
+static PyObject *NetDoor_get_count_call(NetDoor *d, void *unused) {
+  (void)d; (void)unused;
+  if (nd_intern() < 0) return NULL;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)&nd_count);
+}
+
 static int NetDoor_init(NetDoor *d, PyObject *args, PyObject *kw) {
   static char *kwlist[] = {"comm", "cupy_type", "cupy_contig", "current_stream", "torch_types", "names", "error",
                            "torch_stream", NULL};
@@ -545,6 +576,9 @@ static PyGetSetDef NetDoor_getset[] = {
   {"fire_slot", (getter)NetDoor_get_fire_slot, NULL,
    "address of int nd_fire_slot(door, slot, generation, stream): 1 replayed, 0 declined, -1 error set; "
    "the GIL held", NULL},
+  {"count_call", (getter)NetDoor_get_count_call, NULL,
+   "address of int nd_count(comm, name, commit): commit 0, 1 when comm takes a replayed call now (else 0); "
+   "commit 1, count it as Communicator._run does (1); -1 error set; the GIL held", NULL},
   {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods NetDoor_seq = {.sq_length = (lenfunc)NetDoor_len};

@@ -50,6 +50,7 @@ class DeviceSide:
         self.prim: Optional[Primitives] = None
         self.replays: Any = None  # netreplay.NetReplays: repeated calls across nodes enqueued from C
         self.keys: Any = None     # memory.cuda.CallKeys: what a replay is looked up by
+        self.hier: Any = None     # hierreplay.HierChains: repeated hier all_reduce as its sub-calls' replays
         self.graph_keep: list = []  # temporaries of captured hier calls (graph_temp)
         self._transport: Any = None
         self.path = "kernels over peer memory"
@@ -131,6 +132,12 @@ class DeviceSide:
                 comm._door = netreplay.door(comm, self.replays, self.keys)
                 door = " through its front door" if comm._door is not None else ""
                 self.path += ", repeated calls replayed from C" + door
+            from . import hierreplay
+            if comm.local_size > 1 and comm.layout.equal and hierreplay.enabled():
+                from ..memory.cuda import CallKeys
+                self.hier, self.keys = hierreplay.HierChains(comm), CallKeys()
+                comm._planner.on_drop.append(self.hier.drop)
+                self.path += ", repeated hier all_reduce replayed as its sub-calls' replays"
             return
         # no engine (not built, or HPCCL_NET=mpi): MPI carries device buffers through host memory, driven by
         # the proxy thread so the caller's stream keeps its order
@@ -193,6 +200,8 @@ class DeviceSide:
             from .netstep import ORPHANS
             ORPHANS.keep(self.graph_keep)
         self.graph_keep = []
+        if self.hier is not None:
+            self.hier.drop()
         if self.replays is not None:
             self.replays.drop()
             self.replays = None

@@ -207,10 +207,11 @@ NAMES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "a
 def door(comm: Any, replays: NetReplays, keys: Any) -> Any:
     """The C front door (hpccl/csrc/_netdoor.c) for ``comm``'s replayed calls: handed every recording of
     ``replays``, reading arrays as ``keys`` (memory/cuda.py CallKeys) does, counted in comm's statistics.
-    None when HPCCL_NET_DOOR is off, the engine lacks it, or comm's calls are checked, traced or steps of
-    another call (their Python path does more per call)."""
+    None when HPCCL_NET_DOOR is off, the engine lacks it, or comm's calls are checked or traced (their Python
+    path does more per call). hier's network sub-communicator gets one too: only hier's chains
+    (gpu/hierreplay.py) call it by its public calls, which the door serves as _net_fire would."""
     from ..observe.recorder import Recorder
-    if not config.get("HPCCL_NET_DOOR") or comm._check_calls or comm._observed or type(comm._rec) is not Recorder:
+    if not config.get("HPCCL_NET_DOOR") or comm._check_calls or comm._observed or not isinstance(comm._rec, Recorder):
         return None
     from ..transport.engine import _ne
     if _ne is None or not hasattr(_ne, "NetDoor"):

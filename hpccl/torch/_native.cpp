@@ -21,6 +21,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -35,6 +36,7 @@ using capturing_t = int (*)(void*, int*);
 using record_t = int (*)(void*, void*);
 using wait_t = int (*)(void*, void*, unsigned);
 using net_fire_t = int (*)(void*, int, unsigned long long, unsigned long long);  // door, slot, generation, stream
+using count_t = int (*)(void*, void*, int);  // _netdoor.c nd_count: communicator, collective's name, commit
 // hpccl/csrc/_hotpath.c hp_gpu_program: cuLaunchKernel, cuStreamIsCapturing, cuEventRecord, cuStreamBatchMemOp,
 // steps, count, stream, tail event, steps done -> CUresult of the failing step, -1 capturing, 0
 using program_t = int (*)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t*);
@@ -89,6 +91,7 @@ struct KeyHash {
 // program (steps > 0: func is its packed steps, hpccl/gpu/gpu_sync.py Clone), or (slot >= 0) the network
 // front door's entry of a recorded call across nodes, valid while the door's generation is gen.
 // The argument memory behind params and steps, and the door, are kept alive by the Python side (ReplayGroup).
+struct Chain;
 struct Snapshot {
   void* func;
   unsigned grid, block;
@@ -96,6 +99,19 @@ struct Snapshot {
   uint64_t steps = 0;
   int slot = -1;
   uint64_t gen = 0;
+  std::shared_ptr<Chain> hier{};  // set: a hier all_reduce, replayed as its three sub-calls' replays
+};
+
+// A hier all_reduce (hpccl/gpu/hierreplay.py): the node engine's reduce_scatter into the chain's temporary,
+// the network front door's all_reduce of it (slot of generation gen), the node engine's all_gather out of it;
+// counted on the user's communicator (comm, a Communicator held by the Python side) as its _run does.
+struct Chain {
+  Snapshot rs, ag;
+  int slot;
+  uint64_t gen;
+  void* comm;
+  void* name;
+  int op;  // torch's RedOpType (the Python side finds the chain by it)
 };
 
 // The result of a replayed call: complete on the stream it ran on, as far as the host is concerned (no
@@ -243,6 +259,35 @@ class Native : public c10d::Backend {
     table_[key(static_cast<Coll>(coll), in, out, op, stream)] = s;
   }
 
+  // Replay a hier all_reduce like this one as its sub-calls' replays: the node engine's two snapshots (func,
+  // grid, block, params, steps each, as arm() takes them; the engine attached), the door's slot of generation
+  // door_gen (the door attached), and the count entry with the user's communicator and the collective's name.
+  void arm_hier(const at::Tensor& t, int op, uint64_t stream, int64_t gen, uint64_t rs_func, unsigned rs_grid,
+                unsigned rs_block, uint64_t rs_params, uint64_t rs_steps, int slot, uint64_t door_gen,
+                uint64_t ag_func, unsigned ag_grid, unsigned ag_block, uint64_t ag_params, uint64_t ag_steps,
+                uint64_t count, uint64_t comm, uint64_t name) {
+    if ((rs_steps > 0 || ag_steps > 0) && program_ == nullptr) return;
+    if (gen != gen_) {
+      table_.clear();
+      gen_ = gen;
+    }
+    if (table_.size() >= kEntries) table_.clear();
+    count_ = reinterpret_cast<count_t>(count);
+    auto c = std::make_shared<Chain>();
+    c->rs = Snapshot{reinterpret_cast<void*>(rs_func), rs_grid, rs_block, reinterpret_cast<void**>(rs_params)};
+    c->rs.steps = rs_steps;
+    c->ag = Snapshot{reinterpret_cast<void*>(ag_func), ag_grid, ag_block, reinterpret_cast<void**>(ag_params)};
+    c->ag.steps = ag_steps;
+    c->slot = slot;
+    c->gen = door_gen;
+    c->comm = reinterpret_cast<void*>(comm);
+    c->name = reinterpret_cast<void*>(name);
+    c->op = op;
+    Snapshot s{nullptr, 0, 0, nullptr};
+    s.hier = std::move(c);
+    table_[key(kAllReduce, t, t, op, stream)] = s;
+  }
+
   // Coalescing (torch's _start/_end_coalescing): every call goes to the Python backend meanwhile.
   void hold(bool on) { held_ = on; }
   int64_t replays() const { return replays_; }
@@ -309,25 +354,23 @@ class Native : public c10d::Backend {
     auto it = table_.find(key(coll, in, out, op, st));
     if (it == table_.end()) return {};
     RECORD_FUNCTION(name, std::vector<c10::IValue>());
-    const Snapshot& s = it->second;
-    const bool net = s.slot >= 0;
+    const Snapshot s = it->second;  // a copy: a call into Python (a chain's rest) may change the table
+    const bool net = s.slot >= 0, hier = s.hier != nullptr;
     if (!net && fs_ == nullptr) return {};
-    const bool moves = net || s.func != nullptr;
+    if ((net || hier) && door_ == nullptr) return {};
+    const bool moves = net || hier || s.func != nullptr;
     if (moves) {
       if (async) {  // hpccl's stream starts after the caller's work so far
         record_(join_, reinterpret_cast<void*>(cur_h));
         wait_(reinterpret_cast<void*>(st), join_, 0);
       }
-      if (!(net ? fire_net(s, st) : launch(s, st))) return {};
+      if (!(hier ? fire_hier(*s.hier, in, st) : net ? fire_net(s, st) : launch(s, st))) return {};
       if (async) {  // the caching allocator keeps both buffers until hpccl's stream is done with them
         impl.recordDataPtrOnStream(in.storage().data_ptr(), side_);
         if (!out.is_same(in)) impl.recordDataPtrOnStream(out.storage().data_ptr(), side_);
       }
     }
-    if (!net) {  // the door counts its calls itself
-      ++fs_->seq;  // CudaComm._count
-      if (pub_ != nullptr) *pub_ = fs_->seq;
-    }
+    if (!net && !hier) count_launch();  // the door counts its calls itself, a chain its own
     ++replays_;
     if (!async) return c10::make_intrusive<ReplayWork>(rank_, type, result, nullptr, true);
     if (!moves)
@@ -346,6 +389,37 @@ class Native : public c10d::Backend {
     const int rc = net_fire_(door_, s.slot, s.gen, st);
     if (rc < 0) throw py::error_already_set();  // a driver call failed: raised as the Python path raises it
     return rc != 0;
+  }
+
+  void count_launch() {  // CudaComm._count
+    ++fs_->seq;
+    if (pub_ != nullptr) *pub_ = fs_->seq;
+  }
+
+  // A hier all_reduce from its chain, under the GIL (the door and the count entry need it): declined (false,
+  // nothing enqueued) while st is capturing (a graph must own hier's temporaries), the user's communicator
+  // would not take a replay, or the first launch cannot be made; then counted, and the rest replayed. A
+  // sub-call that cannot be replayed after that (the door declines, the last launch fails) runs the Python
+  // backend's rest of the chain from there (hierreplay.Chain.run).
+  bool fire_hier(const Chain& c, const at::Tensor& t, uint64_t st) {
+    int cap = 0;
+    if (capturing_(reinterpret_cast<void*>(st), &cap) != 0 || cap) return false;
+    py::gil_scoped_acquire gil;
+    const int open = count_(c.comm, c.name, 0);
+    if (open < 0) throw py::error_already_set();
+    if (open == 0 || !launch(c.rs, st)) return false;
+    count_launch();
+    if (count_(c.comm, c.name, 1) < 0) throw py::error_already_set();
+    const int rc = net_fire_(door_, c.slot, c.gen, st);
+    if (rc < 0) throw py::error_already_set();
+    if (rc == 0) {
+      slow_("hier_rest", 1, t, c.op, st);
+    } else if (launch(c.ag, st)) {
+      count_launch();
+    } else {
+      slow_("hier_rest", 2, t, c.op, st);
+    }
+    return true;
   }
 
   // CudaComm.fire's driver work: order after the previous stream, capture check, launch (or the program's
@@ -391,6 +465,7 @@ class Native : public c10d::Backend {
   py::object slow_;
   void* door_ = nullptr;
   net_fire_t net_fire_ = nullptr;
+  count_t count_ = nullptr;
   FastState* fs_ = nullptr;
   volatile uint32_t* err_ = nullptr;
   int64_t* pub_ = nullptr;
@@ -422,6 +497,7 @@ PYBIND11_MODULE(hpccl_torch_native, m) {
       .def("arm", &Native::arm)
       .def("attach_net", &Native::attach_net)
       .def("arm_net", &Native::arm_net)
+      .def("arm_hier", &Native::arm_hier)
       .def("hold", &Native::hold)
       .def_property_readonly("replays", &Native::replays)
       .def_property_readonly("generation", &Native::generation);

@@ -24,6 +24,7 @@ from .options import asynchronous, flat, reduce_op
 from .process_group import HpcclProcessGroup
 
 AR, AG, RS = 0, 1, 2  # the compiled side's collective numbers (Coll in _native.cpp)
+_AR_NAME = "all_reduce"  # the waiter's collective of a replayed hier all_reduce (held: the C side keeps its address)
 _DOOR_CODES = (0, 3, 4)  # theirs at the network front door (gpu/netreplay.py CODES)
 _CPP = dist.ProcessGroup.__dict__  # the C++ methods themselves (descriptors, so they bind)
 
@@ -88,7 +89,8 @@ class ReplayGroup(HpcclProcessGroup):
             rop = int(getattr(opts.reduceOp, "op", opts.reduceOp))
         dev, door = self.comm._dev, self.comm._door
         eng = dev.engine if dev is not None else None
-        if (eng is None and door is None) or not (inp.is_contiguous() and out.is_contiguous()):
+        hier = dev.hier if dev is not None and coll == AR else None
+        if (eng is None and door is None and hier is None) or not (inp.is_contiguous() and out.is_contiguous()):
             return
         idx = inp.get_device()
         h = torch._C._cuda_getCurrentRawStream(idx)
@@ -100,43 +102,83 @@ class ReplayGroup(HpcclProcessGroup):
                 self.native.side(*side.ids, side.h, side.join)
                 self._side_dev = idx
             h = side.h
+        if hier is not None:
+            self._arm_hier(hier, inp, op, rop, h)
+            return
         if door is not None:
             self._arm_net(door, coll, inp, out, op, rop, h)
             return
         if eng is not self._engine:
             self._attach(eng)
         x = flat(inp, "tensor")
-        ln = eng._fast.get(eng.fast_key(name, x, None if coll == AR else flat(out, "output"), op, -1, h))
-        if type(ln) is Bound:  # a stream-synchronised program: a copy of its own, bound to these buffers
-            if eng.compiled_program is None:
-                return
-            ln = ln.prog.clone(ln.send, ln.recv, ln.aligned)
-        elif ln is None or (ln is not NOTHING and not hasattr(ln, "fi")):
+        ln = self._replayable(eng, eng.fast_key(name, x, None if coll == AR else flat(out, "output"), op, -1, h))
+        if ln is None:
             return
-        gen = eng.fs.gen
+        self._keep((coll, inp.data_ptr(), out.data_ptr(), inp.nbytes, inp.dtype, rop, h), ln, eng.fs.gen)
+        self.native.arm(coll, inp, out, rop, h, eng.fs.gen, *_launch_args(ln))
+
+    @staticmethod
+    def _replayable(eng: Any, key: Any) -> Any:
+        """What the compiled side can replay of the engine's snapshot under key: the launch, NOTHING, or a
+        stream-synchronised program's clone bound to its buffers; None when there is nothing it can."""
+        ln = eng._fast.get(key) if key is not None else None
+        if type(ln) is Bound:
+            return ln.prog.clone(ln.send, ln.recv, ln.aligned) if eng.compiled_program is not None else None
+        if ln is None or (ln is not NOTHING and not hasattr(ln, "fi")):
+            return None
+        return ln
+
+    def _keep(self, key: tuple, what: Any, gen: int) -> None:
+        """Hold what an armed entry's memory belongs to (launch arguments, clones, chains) while it may replay."""
         if gen != self._armed_gen:
             self._armed.clear()
             self._armed_gen = gen
-        self._armed[(coll, inp.data_ptr(), out.data_ptr(), inp.nbytes, inp.dtype, rop, h)] = ln
-        if ln is NOTHING:
-            self.native.arm(coll, inp, out, rop, h, gen, 0, 0, 0, 0, 0)
-        elif type(ln) is Clone:
-            self.native.arm(coll, inp, out, rop, h, gen, ln.addr, 0, 0, 0, ln.count)
-        else:
-            self.native.arm(coll, inp, out, rop, h, gen, ln.fi, ln.grid, ln.block, ln.pi, 0)
+        self._armed[key] = what
+
+    def _arm_hier(self, hier: Any, t: torch.Tensor, op: Any, rop: int, h: int) -> None:
+        """Arm a hier all_reduce's chain (hpccl/gpu/hierreplay.py) once each of its three sub-calls has what
+        the compiled side replays: the node engine's two snapshots and the network door's recording."""
+        comm = self.comm
+        ch = hier.get(comm._dev.keys.key("ar", flat(t, "tensor"), None, op, -1, h))
+        intra, inter = comm._sub.get("intra"), comm._sub.get("inter")
+        if ch is None or ch.k_rs is None or intra is None or inter is None or inter._door is None:
+            return
+        eng, door = intra._dev.engine, inter._door
+        rs, ag = self._replayable(eng, ch.k_rs), self._replayable(eng, ch.k_ag)
+        slot = door.slot(0, ch.part, None, ch.op, -1, h)
+        if rs is None or ag is None or slot < 0:
+            return
+        if eng is not self._engine:
+            self._attach(eng)
+        if door is not self._door:
+            self._attach_door(door)
+        self._keep((AR, t.data_ptr(), t.nbytes, t.dtype, rop, h), (rs, ag, ch), eng.fs.gen)
+        self.native.arm_hier(t, rop, h, eng.fs.gen, *_launch_args(rs), slot, door.generation, *_launch_args(ag),
+                             door.count_call, id(comm), id(_AR_NAME))
+
+    def _slow_hier_rest(self, start: int, t: torch.Tensor, rop: int, h: int) -> None:
+        """The rest of a chain the compiled side began (sub-call ``start`` on) through the Python paths."""
+        kept = self._armed.get((AR, t.data_ptr(), t.nbytes, t.dtype, rop, h))
+        if kept is None:
+            raise RuntimeError("hpccl: the compiled backend replayed part of a hier all_reduce whose chain is gone")
+        kept[2].run(self.comm._sub["intra"], self.comm._sub["inter"], start)
 
     def _arm_net(self, door: Any, coll: int, inp: torch.Tensor, out: torch.Tensor, op: Any, rop: int, h: int) -> None:
         """Hand the door's entry for this call (the Python path just ran it: recorded, or replayed through
         the door) to the compiled side; none yet (a first call is recorded at its end) arms nothing."""
         if door is not self._door:
-            drv = Driver.get()
-            self.native.attach_net(id(door), door.fire_slot, drv.entry_points()[2], drv.wait_entry_point())
-            self._door, self._engine = door, None
-            self._armed.clear()
+            self._attach_door(door)
+            self._engine = None
         y = None if coll == AR else flat(out, "output")
         slot = door.slot(_DOOR_CODES[coll], flat(inp, "tensor"), y, op, -1, h)
         if slot >= 0:
             self.native.arm_net(coll, inp, out, rop, h, slot, door.generation)
+
+    def _attach_door(self, door: Any) -> None:
+        drv = Driver.get()
+        self.native.attach_net(id(door), door.fire_slot, drv.entry_points()[2], drv.wait_entry_point())
+        self._door = door
+        self._armed.clear()
 
     def _attach(self, eng: Any) -> None:
         pub = eng._shm.device_counter_address() if eng._pub is not None else 0
@@ -145,7 +187,7 @@ class ReplayGroup(HpcclProcessGroup):
         self.native.attach(ctypes.addressof(eng.fs), ctypes.addressof(eng._err), pub, eng._tail.ptr, launch,
                            capturing, record, eng.driver.wait_entry_point(),
                            hotpath._hotpath.program_entry() if prog else 0, eng._batch_addr if prog else 0)
-        self._engine, self._door = eng, None
+        self._engine = eng
         self._armed.clear()
 
     # ----- torch's coalescing: the compiled side steps aside ----------------------------------------
@@ -169,3 +211,13 @@ for _name in ("allreduce", "_allgather_base", "all_gather_single", "_reduce_scat
     if _name in _CPP:
         setattr(ReplayGroup, _name, _CPP[_name])
 del _name
+
+
+def _launch_args(ln: Any) -> tuple:
+    """(func, grid, block, params, steps) of what the compiled side replays: NOTHING all zeros, a program's
+    clone its packed steps and their count."""
+    if ln is NOTHING:
+        return (0, 0, 0, 0, 0)
+    if type(ln) is Clone:
+        return (ln.addr, 0, 0, 0, ln.count)
+    return (ln.fi, ln.grid, ln.block, ln.pi, 0)

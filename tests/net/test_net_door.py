@@ -323,13 +323,13 @@ def test_a_failed_driver_call_raises_the_doors_error(pair):
 
 
 def test_netreplay_door_wires_a_communicator_to_its_recordings(pair, monkeypatch):
-    """netreplay.door(): none unless HPCCL_NET_DOOR=1 and the communicator is neither checked, traced nor a
-    step's; otherwise every recording NetReplays.finish keeps is handed to it (bytes per call from the key),
+    """netreplay.door(): none unless HPCCL_NET_DOOR=1 and the communicator is neither checked nor traced (hier's
+    network sub-communicator, whose calls are steps, gets one); otherwise every recording NetReplays.finish keeps is handed to it (bytes per call from the key),
     a tensor with no stream is keyed on torch's current stream of its device, and its counts are in
     comm.stats()."""
     import types
     from hpccl.memory.cuda import CallKeys
-    from hpccl.observe.recorder import Recorder
+    from hpccl.observe.recorder import Recorder, StepRecorder
 
     class TorchTensor(Tensor):
         def get_device(self) -> int:
@@ -351,6 +351,11 @@ def test_netreplay_door_wires_a_communicator_to_its_recordings(pair, monkeypatch
     comms[0]._observed = True
     assert netreplay.door(comms[0], reps[0], keys) is None
     comms[0]._observed = False
+    step = Comm()  # hier's network sub-communicator (its calls are steps of the user's): a door for its chains
+    step.size, step._check_calls, step._observed = 2, False, False
+    step._rec = StepRecorder(comms[0]._rec, "inter", "t", 0, 2, 0)
+    spare = types.SimpleNamespace()  # door() hands itself to the replays: a stand-in here
+    assert netreplay.door(step, spare, keys) is spare.door is not None
     doors = [netreplay.door(c, rp, keys) for c, rp in zip(comms, reps)]
     assert all(d is not None and rp.door is d for d, rp in zip(doors, reps))
     xs = [TorchTensor(np.full(COUNT, r + 1, np.float32)) for r in range(2)]
@@ -374,3 +379,31 @@ def test_netreplay_door_wires_a_communicator_to_its_recordings(pair, monkeypatch
     assert (row["calls"], row["bytes"]) == (1, COUNT * 4)
     reps[0].drop()
     assert len(doors[0]) == 0
+
+
+COUNT_CALL = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.py_object, ctypes.c_int)
+
+
+def test_the_compiled_backends_count_of_a_hier_replay():
+    """count_call (nd_count), as hpccl/torch/_native.cpp calls it for a hier all_reduce it replays from its
+    chain: asked first (commit 0), it says whether the user's communicator takes a replay now (not in a
+    group, not destroyed, not aborted) and changes nothing; committed, it counts the call as _run does (the
+    next sequence number, the waiter's collective and seq, every transport's announce)."""
+    c = Comm()
+    d = ne.NetDoor(c, CpArray, True, lambda: Ptr(1), (Tensor,), netreplay.NAMES, Failed)
+    count = COUNT_CALL(d.count_call)
+    name = "all_reduce"
+    c._seq = 7
+    assert count(c, name, 0) == 1 and c._seq == 7 and c._transports[0].seen == []
+    assert count(c, name, 1) == 1 and count(c, name, 1) == 1
+    assert c._seq == 9 and (c._waiter.collective, c._waiter.seq) == ("all_reduce", 9)
+    assert c._transports[0].seen == [8, 9] and c._transports[1].seen == [8, 9]
+    for attr, value in (("_group", []), ("_destroyed", True), ("_aborted", True)):
+        other = Comm()
+        setattr(other, attr, value)
+        assert count(other, name, 0) == 0, attr
+        assert other._seq == 0 and other._transports[0].seen == []
+    bad = Comm()
+    del bad._transports
+    with pytest.raises(AttributeError):
+        count(bad, name, 1)

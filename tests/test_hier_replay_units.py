@@ -1,0 +1,121 @@
+"""hier's chains (hpccl/gpu/hierreplay.py) without a GPU: which calls a chain carries, and how a replay goes
+when each of its sub-calls can or cannot be replayed (stand-ins for the node engine, the network door and
+the sub-communicators; the GPU run is tests/scripts/hier_replay.py, logs under docs/perf/issue33/)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from hpccl.gpu import hierreplay
+from hpccl.ops import AVG, MAX, SUM
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.snap = {"rs": True, "ag": True}
+        self.fired: list = []
+        self.dropped = 0
+
+    def fire(self, key: tuple) -> bool:
+        if not self.snap[key[0]]:
+            return False
+        self.fired.append(key[0])
+        return True
+
+    def drop(self) -> None:
+        self.dropped += 1
+
+
+class Door:
+    def __init__(self) -> None:
+        self.ok, self.fired = True, 0
+
+    def fire(self, code, send, recv, op, root, stream) -> bool:
+        assert (code, recv, root) == (0, None, -1)
+        self.fired += self.ok
+        return self.ok
+
+
+class Sub:
+    """A sub-communicator: its Python calls are logged (what runs when a replay cannot)."""
+
+    def __init__(self, log: list, eng=None, door=None) -> None:
+        self.log, self._group, self._door = log, None, door
+        self._dev = SimpleNamespace(engine=eng)
+
+    def reduce_scatter(self, send, recv, op, stream):
+        self.log.append("rs")
+
+    def all_reduce(self, send, recv, op, stream):
+        self.log.append("ar")
+
+    def all_gather(self, send, recv, stream):
+        self.log.append("ag")
+
+
+def _setup(capturing: bool = False):
+    log: list = []
+    eng, door = Engine(), Door()
+    comm = SimpleNamespace(local_size=2, _sub={"intra": Sub(log, eng), "inter": Sub(log, door=door)},
+                           _dev=SimpleNamespace(capturing=lambda st: capturing))
+    chains = hierreplay.HierChains(comm)
+    ch = object.__new__(hierreplay.Chain)
+    ch.part = ch.send = ch.recv = object()
+    ch.op, ch.stream, ch.k_rs, ch.k_ag = SUM, 7, ("rs",), ("ag",)
+    chains.chains[("key",)] = ch
+    counted: list = []
+    return chains, eng, door, log, counted, lambda: counted.append(1)
+
+
+def test_a_chain_carries_even_all_reduces_with_a_key_and_no_avg_nor_bfloat16():
+    """bfloat16 stays out: the GPU matrix at split:2 x 4 (docs/perf/issue33/hier_chain/) found its uint16 view
+    refused by the sub-communicators' calls."""
+    chains = hierreplay.HierChains(SimpleNamespace(local_size=4))
+    x = np.zeros(16, np.float32)
+
+    def call(coll="all_reduce", key=("k",), finish=None, op=SUM, size=16, dtype=np.float32):
+        return SimpleNamespace(coll=coll, key=key, finish=finish, op=op, args=(np.zeros(size, dtype), x, op))
+    assert chains.takes(call()) and chains.takes(call(op=MAX)) and chains.takes(call(dtype=np.float16))
+    for why, c in {"all_gather": call(coll="all_gather"), "no key": call(key=None), "avg": call(op=AVG),
+                   "a finish step": call(finish=x), "uneven": call(size=18),
+                   "bfloat16 (a uint16 view)": call(dtype=np.uint16)}.items():
+        assert not chains.takes(c), why
+
+
+def test_a_replay_is_the_three_sub_calls_replays_and_counted_once():
+    chains, eng, door, log, counted, count = _setup()
+    assert chains.fire(("key",), count) and chains.fire(("key",), count)
+    assert eng.fired == ["rs", "ag", "rs", "ag"] and door.fired == 2 and log == [] and len(counted) == 2
+    assert chains.fired == 2
+
+
+@pytest.mark.parametrize("why", ["no chain", "capturing", "no first snapshot", "a node group open"])
+def test_a_declined_replay_enqueues_and_counts_nothing(why):
+    chains, eng, door, log, counted, count = _setup(capturing=why == "capturing")
+    key = ("other",) if why == "no chain" else ("key",)
+    if why == "no first snapshot":
+        eng.snap["rs"] = False
+    if why == "a node group open":
+        chains.comm._sub["intra"]._group = []
+    assert not chains.fire(key, count)
+    assert eng.fired == [] and door.fired == 0 and log == [] and counted == [] and chains.fired == 0
+
+
+def test_after_the_first_sub_call_the_rest_runs_in_python_from_where_the_replay_stopped():
+    chains, eng, door, log, counted, count = _setup()
+    door.ok = False  # the door declines (its recording dropped): the network call and the gather run
+    assert chains.fire(("key",), count)
+    assert eng.fired == ["rs"] and log == ["ar", "ag"] and len(counted) == 1
+    log.clear()
+    eng.fired.clear()
+    door.ok, eng.snap["ag"] = True, False  # the gather's snapshot is gone: only it runs in Python
+    assert chains.fire(("key",), count)
+    assert eng.fired == ["rs"] and door.fired == 1 and log == ["ag"] and len(counted) == 2
+
+
+def test_drop_forgets_every_chain_and_the_node_engines_snapshots():
+    chains, eng, door, log, counted, count = _setup()
+    chains.drop()
+    assert chains.chains == {} and eng.dropped == 1 and not chains.fire(("key",), count)
