@@ -407,6 +407,14 @@ def test_memop_struct_matches_the_driver():
     assert ctypes.sizeof(SafeArgs) == 336
 
 
+_P, _U = ctypes.c_void_p, ctypes.c_uint
+# the driver entry points the compiled runner calls, as ctypes callbacks (stand-ins record the calls)
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, _P, _U, _U, _U, _U, _U, _U, _U, _P, _P, _P)
+BATCH = ctypes.CFUNCTYPE(ctypes.c_int, _P, _U, _P, _U)
+CAPT = ctypes.CFUNCTYPE(ctypes.c_int, _P, ctypes.POINTER(ctypes.c_int))
+REC = ctypes.CFUNCTYPE(ctypes.c_int, _P, _P)
+
+
 def test_compiled_runner_issues_every_step_in_order():
     """hpccl/csrc/_hotpath.c gpu_program: the program's launches and batches in order on the stream, then the tail
     event; capture leaves the event out; a failing step stops the rest and says which step."""
@@ -415,11 +423,6 @@ def test_compiled_runner_issues_every_step_in_order():
         pytest.skip("the compiled hot path is not built here (no C compiler at install)")
     run = hotpath._hotpath.gpu_program
     calls = []
-    P, U = ctypes.c_void_p, ctypes.c_uint
-    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, U, U, U, U, U, U, P, P, P)
-    BATCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, P, U)
-    CAPT = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.POINTER(ctypes.c_int))
-    REC = ctypes.CFUNCTYPE(ctypes.c_int, P, P)
     fail_at = [-1]
     capturing = [0]
 
@@ -472,11 +475,6 @@ def test_a_clone_replays_through_the_runners_c_entry_with_its_own_buffers():
     if not hotpath.available():
         pytest.skip("the compiled hot path is not built here (no C compiler at install)")
     calls = []
-    P, U = ctypes.c_void_p, ctypes.c_uint
-    LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, U, U, U, U, U, U, P, P, P)
-    BATCH = ctypes.CFUNCTYPE(ctypes.c_int, P, U, P, U)
-    CAPT = ctypes.CFUNCTYPE(ctypes.c_int, P, ctypes.POINTER(ctypes.c_int))
-    REC = ctypes.CFUNCTYPE(ctypes.c_int, P, P)
 
     def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         a = ctypes.cast(ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))[0], ctypes.POINTER(SafeArgs))[0]

@@ -408,7 +408,7 @@ class Communicator:
                 key = self._dev.keys.key("ar", sendbuf, recvbuf, op, root, stream)
                 if key is not None:
                     t0 = _perf()
-                    if self._dev.hier.fire(key, self._count_all_reduce):
+                    if self._dev.hier.fire(key, self._counted):
                         self._fired(coll, key, "hier replayed", t0)
                         return FIRED
         if self._destroyed or self._aborted:
@@ -422,24 +422,20 @@ class Communicator:
         self._rec.stats.add(coll, CUDA, algo, ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
                             _perf() - t0)
 
-    def _count_all_reduce(self) -> None:
-        """The bookkeeping of _run for a replayed all_reduce (hier's chains): its number, told to the
+    def _counted(self, coll: str) -> None:
+        """The bookkeeping of _run for a replayed call (recordings, hier's chains): its number, told to the
         waiter and announced to the transports."""
         seq = self._seq = self._seq + 1
-        self._waiter.collective, self._waiter.seq = "all_reduce", seq
+        self._waiter.collective, self._waiter.seq = coll, seq
         for t in self._transports:
             t.announce(seq)
 
     def _net_fire(self, coll: str, key: tuple) -> bool:
         """Enqueue a repeated GPU call across nodes from its recording (hpccl/gpu/netreplay.py); False when
         there is none, or it could not run (capture, a failed step: the Python path runs and reports)."""
-        seq = self._seq + 1
-        if self._dev.replays.fire(key, self._rec.name(coll, seq)):
+        if self._dev.replays.fire(key, self._rec.name(coll, self._seq + 1)):
             return False
-        self._seq = seq
-        self._waiter.collective, self._waiter.seq = coll, seq
-        for t in self._transports:
-            t.announce(seq)
+        self._counted(coll)
         return True
 
     # ----- collectives -----------------------------------------------------------------------------

@@ -88,11 +88,12 @@ def device_collective(comm: Any, call: Call) -> None:
     if p.route == HIER:
         check_capture(comm, st, coll, hier=True)
         from ..gpu.cuda_context import stream_context
+        capturing = dev.capturing(st)
         with stream_context(dev.device, st):
-            if dev.hier is not None and dev.hier.takes(call) and not dev.capturing(st):
+            if dev.hier is not None and not capturing and dev.hier.takes(call):
                 dev.hier.record(call)  # through a chain: repeated calls then replay its sub-calls
                 return
-            hier.run(hier_steps(comm, st, dev.graph_temp if dev.capturing(st) else None), coll, *args)
+            hier.run(hier_steps(comm, st, dev.graph_temp if capturing else None), coll, *args)
             if finish is not None:
                 dev.mem.finish(finish, call.op, comm.size)
         return

@@ -336,14 +336,20 @@ static int nd_open(PyObject *comm) {
    all_reduce, hpccl/torch/_native.cpp), with the GIL held: commit 0 asks whether the communicator (a
    Communicator, held by the caller) takes it (nd_open); commit 1 counts it as _run does (its next _seq,
    the waiter's collective ``name`` and seq, each transport's announce): 1, or -1 with an error set. */
+/* comm's next sequence number (its _seq + 1) in *seq: 0, or -1 with an error set */
+static int nd_next_seq(PyObject *comm, long long *seq) {
+  PyObject *so = PyObject_GetAttr(comm, s_seq);
+  if (!so) return -1;
+  *seq = PyLong_AsLongLong(so) + 1;
+  Py_DECREF(so);
+  return *seq == 0 && PyErr_Occurred() ? -1 : 0;
+}
+
 static int nd_count(void *comm, void *name, int commit) {
   PyObject *c = (PyObject *)comm;
   if (!commit) return nd_open(c);
-  PyObject *so = PyObject_GetAttr(c, s_seq);
-  if (!so) return -1;
-  long long seq = PyLong_AsLongLong(so) + 1;
-  Py_DECREF(so);
-  if (seq == 0 && PyErr_Occurred()) return -1;
+  long long seq;
+  if (nd_next_seq(c, &seq) < 0) return -1;
   return nd_account_comm(c, (PyObject *)name, seq) < 0 ? -1 : 1;
 }
 
@@ -352,11 +358,8 @@ static int nd_count(void *comm, void *name, int commit) {
 static int nd_fire_entry(NetDoor *d, nd_entry *e, unsigned long long stream) {
   int open = nd_open(d->comm);
   if (open <= 0) return open;
-  PyObject *so = PyObject_GetAttr(d->comm, s_seq);
-  if (!so) return -1;
-  long long seq = PyLong_AsLongLong(so) + 1;
-  Py_DECREF(so);
-  if (seq == 0 && PyErr_Occurred()) return -1;
+  long long seq;
+  if (nd_next_seq(d->comm, &seq) < 0) return -1;
   double t0 = nd_now();
   char label[96];
   snprintf(label, sizeof label, "%s #%lld", PyUnicode_AsUTF8(PyTuple_GET_ITEM(d->names, e->code)), seq);

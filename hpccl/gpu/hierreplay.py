@@ -101,7 +101,7 @@ class HierChains:
     def fire(self, key: tuple, count: Any) -> bool:
         """Replay the chain of ``key``: False (nothing enqueued) when there is none, the stream is capturing
         (a graph must own its temporaries) or the node engine has no snapshot of the first sub-call; else
-        ``count()`` (the communicator's bookkeeping of the call) and the rest, each sub-call replayed or run."""
+        ``count("all_reduce")`` (the communicator's bookkeeping of the call) and the rest, each sub-call replayed or run."""
         ch = self.chains.get(key)
         if ch is None or ch.k_rs is None:
             return False
@@ -110,7 +110,7 @@ class HierChains:
         eng = intra._dev.engine
         if comm._dev.capturing(ch.stream) or intra._group is not None or not eng.fire(ch.k_rs):
             return False
-        count()
+        count("all_reduce")
         door = inter._door
         if door is None or not door.fire(0, ch.part, None, ch.op, -1, ch.stream):
             ch.run(intra, inter, 1)

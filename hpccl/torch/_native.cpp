@@ -249,14 +249,8 @@ class Native : public c10d::Backend {
   void arm(int coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream, int64_t gen,
            uint64_t func, unsigned grid, unsigned block, uint64_t params, uint64_t steps) {
     if (steps > 0 && program_ == nullptr) return;
-    if (gen != gen_) {
-      table_.clear();
-      gen_ = gen;
-    }
-    if (table_.size() >= kEntries) table_.clear();
-    Snapshot s{reinterpret_cast<void*>(func), grid, block, reinterpret_cast<void**>(params)};
-    s.steps = steps;
-    table_[key(static_cast<Coll>(coll), in, out, op, stream)] = s;
+    room(gen);
+    table_[key(static_cast<Coll>(coll), in, out, op, stream)] = snap(func, grid, block, params, steps);
   }
 
   // Replay a hier all_reduce like this one as its sub-calls' replays: the node engine's two snapshots (func,
@@ -267,17 +261,11 @@ class Native : public c10d::Backend {
                 uint64_t ag_func, unsigned ag_grid, unsigned ag_block, uint64_t ag_params, uint64_t ag_steps,
                 uint64_t count, uint64_t comm, uint64_t name) {
     if ((rs_steps > 0 || ag_steps > 0) && program_ == nullptr) return;
-    if (gen != gen_) {
-      table_.clear();
-      gen_ = gen;
-    }
-    if (table_.size() >= kEntries) table_.clear();
+    room(gen);
     count_ = reinterpret_cast<count_t>(count);
     auto c = std::make_shared<Chain>();
-    c->rs = Snapshot{reinterpret_cast<void*>(rs_func), rs_grid, rs_block, reinterpret_cast<void**>(rs_params)};
-    c->rs.steps = rs_steps;
-    c->ag = Snapshot{reinterpret_cast<void*>(ag_func), ag_grid, ag_block, reinterpret_cast<void**>(ag_params)};
-    c->ag.steps = ag_steps;
+    c->rs = snap(rs_func, rs_grid, rs_block, rs_params, rs_steps);
+    c->ag = snap(ag_func, ag_grid, ag_block, ag_params, ag_steps);
     c->slot = slot;
     c->gen = door_gen;
     c->comm = reinterpret_cast<void*>(comm);
@@ -331,6 +319,21 @@ class Native : public c10d::Backend {
  private:
   static constexpr size_t kEntries = 512;
 
+  // An arm's place in the table: emptied when the engine's generation moved on, or when it is full.
+  void room(int64_t gen) {
+    if (gen != gen_) {
+      table_.clear();
+      gen_ = gen;
+    }
+    if (table_.size() >= kEntries) table_.clear();
+  }
+
+  static Snapshot snap(uint64_t func, unsigned grid, unsigned block, uint64_t params, uint64_t steps) {
+    Snapshot s{reinterpret_cast<void*>(func), grid, block, reinterpret_cast<void**>(params)};
+    s.steps = steps;
+    return s;
+  }
+
   static Key key(Coll coll, const at::Tensor& in, const at::Tensor& out, int op, uint64_t stream) {
     return Key{reinterpret_cast<uint64_t>(in.data_ptr()), reinterpret_cast<uint64_t>(out.data_ptr()),
                static_cast<uint64_t>(in.nbytes()), stream, static_cast<int32_t>(in.scalar_type()),
@@ -354,8 +357,9 @@ class Native : public c10d::Backend {
     auto it = table_.find(key(coll, in, out, op, st));
     if (it == table_.end()) return {};
     RECORD_FUNCTION(name, std::vector<c10::IValue>());
-    const Snapshot s = it->second;  // a copy: a call into Python (a chain's rest) may change the table
-    const bool net = s.slot >= 0, hier = s.hier != nullptr;
+    const Snapshot& s = it->second;
+    const std::shared_ptr<Chain> chain = s.hier;  // held: a chain's rest runs Python, which may re-arm the table
+    const bool net = s.slot >= 0, hier = chain != nullptr;
     if (!net && fs_ == nullptr) return {};
     if ((net || hier) && door_ == nullptr) return {};
     const bool moves = net || hier || s.func != nullptr;
@@ -364,7 +368,7 @@ class Native : public c10d::Backend {
         record_(join_, reinterpret_cast<void*>(cur_h));
         wait_(reinterpret_cast<void*>(st), join_, 0);
       }
-      if (!(hier ? fire_hier(*s.hier, in, st) : net ? fire_net(s, st) : launch(s, st))) return {};
+      if (!(hier ? fire_hier(*chain, in, st) : net ? fire_net(s, st) : launch(s, st))) return {};
       if (async) {  // the caching allocator keeps both buffers until hpccl's stream is done with them
         impl.recordDataPtrOnStream(in.storage().data_ptr(), side_);
         if (!out.is_same(in)) impl.recordDataPtrOnStream(out.storage().data_ptr(), side_);
