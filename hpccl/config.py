@@ -148,7 +148,9 @@ _param("HPCCL_TRACE", "", str,
        "and GPU launch replay off, so every call is recorded.")
 _param("HPCCL_NVTX", "auto", str.lower,
        "NVTX ranges around every GPU collective (Nsight Systems): 'auto' when the nvtx package is "
-       "importable, '1' on, '0' off. While on, GPU calls are not replayed from launch snapshots.",
+       "importable and an NVTX tool is set to load (NVTX_INJECTION64_PATH, set by Nsight Systems; without "
+       "one a range records nothing), '1' on, '0' off. While on, GPU calls are not replayed from launch "
+       "snapshots or recordings.",
        ("auto", "1", "0"))
 _param("HPCCL_CHECK_ENV", True, _bool,
        "Check /dev/shm size, memlock and GPU peer access at init and say what to fix.")

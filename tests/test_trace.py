@@ -49,12 +49,20 @@ def test_trace_of_a_killed_rank_is_valid_json(tmp_path):
 
 
 def test_nvtx_switch(monkeypatch, caplog):
-    """HPCCL_NVTX: auto uses the nvtx package when it imports, 1 warns when it is missing, 0 is off."""
+    """HPCCL_NVTX: auto uses the nvtx package when it imports and an NVTX tool is set to load
+    (NVTX_INJECTION64_PATH, as Nsight Systems sets it), 1 whenever it imports and warns when it is missing,
+    0 is off."""
     import types
 
     from hpccl.observe import nvtx as hnvtx
     fake = types.ModuleType("nvtx")
     monkeypatch.setitem(sys.modules, "nvtx", fake)
+    monkeypatch.delenv("NVTX_INJECTION64_PATH", raising=False)
+    monkeypatch.delenv("NVTX_INJECTION32_PATH", raising=False)
+    for mode, want in (("auto", None), ("1", fake), ("0", None)):  # no tool: auto leaves replays on
+        monkeypatch.setenv("HPCCL_NVTX", mode)
+        assert hnvtx.ranges() is want, mode
+    monkeypatch.setenv("NVTX_INJECTION64_PATH", "/opt/nsight-systems/libToolsInjection64.so")
     for mode, want in (("auto", fake), ("1", fake), ("0", None)):
         monkeypatch.setenv("HPCCL_NVTX", mode)
         assert hnvtx.ranges() is want, mode
