@@ -119,11 +119,12 @@ _param("HPCCL_NET_DOOR", 1, int,
        "1: a replayed GPU call across nodes (HPCCL_NET_REPLAY) is keyed, looked up, replayed and counted in one C "
        "call at the collective's entry (hpccl/csrc/_netdoor.c) instead of Python building its key and doing its "
        "bookkeeping (the default); 0: the Python way. The same recording is replayed either way.")
-_param("HPCCL_HIER_REPLAY", 0, int,
-       "1 (experimental, default off): a repeated all_reduce on GPU buffers that hier runs (several ranks per node, "
-       "splitting evenly over them; not avg, not bfloat16) keeps its temporary, so its node reduce_scatter, network "
-       "all_reduce and node all_gather replay their own recordings (hpccl/gpu/hierreplay.py; torch's compiled backend "
-       "arms them too); 0: hier runs in Python every call. The messages are the same either way, so ranks may differ.")
+_param("HPCCL_HIER_REPLAY", 1, int,
+       "1 (the default): a repeated all_reduce on GPU buffers that hier runs (several ranks per node, splitting "
+       "evenly over them; not avg, not bfloat16) keeps its temporary (at most 1 GiB over all such calls), so its "
+       "node reduce_scatter, network all_reduce and node all_gather replay their own recordings "
+       "(hpccl/gpu/hierreplay.py; torch's compiled backend arms them too); 0: hier runs in Python every call. The "
+       "messages are the same either way, so ranks may differ.")
 _param("HPCCL_COMPILED_LAUNCH", 1, int,
        "1: repeated GPU calls make their driver calls (capture check, launch, event record) in one C call "
        "of the hot-path extension (when it is built) instead of three ctypes calls; 0: through ctypes.")

@@ -84,6 +84,37 @@ def test_a_chain_carries_even_all_reduces_with_a_key_and_no_avg_nor_bfloat16():
         assert not chains.takes(c), why
 
 
+def test_chains_keep_at_most_max_held_bytes_of_temporaries(monkeypatch):
+    """A chain keeps its temporary (1/local of the call) between calls: a call whose temporary alone passes
+    MAX_HELD is left to the Python path, and a new chain that would take the total past it first lets the others
+    go (as MAX_CHAINS does), so chains never hold more GPU memory than that."""
+    made: list = []
+
+    class Chain:  # what record() makes, without CuPy
+        def __init__(self, send, recv, op, stream, local) -> None:
+            made.append(send.nbytes // local)
+            self.k_rs = None
+
+        def run(self, intra, inter, start=0) -> None:
+            pass
+    monkeypatch.setattr(hierreplay, "Chain", Chain)
+    monkeypatch.setattr(hierreplay, "MAX_HELD", 1000)
+    comm = SimpleNamespace(local_size=2, _subcomm=lambda name: SimpleNamespace(_dev=None), _sub={})
+    chains = hierreplay.HierChains(comm)
+
+    def call(key, n):  # n float32 elements: a temporary of 2n bytes at 2 ranks per node
+        x = np.zeros(n, np.float32)
+        return SimpleNamespace(coll="all_reduce", key=key, finish=None, op=SUM, args=(x, x, SUM), stream=0)
+    assert chains.takes(call("a", 500)) and not chains.takes(call("big", 502))
+    for key, n in (("a", 200), ("b", 200), ("a", 200)):  # 400 + 400 bytes, "a" again reuses its chain
+        chains.record(call(key, n))
+    assert made == [400, 400] and chains.held == 800 and set(chains.chains) == {"a", "b"}
+    chains.record(call("c", 150))  # 800 + 300 > 1000: a and b go first
+    assert set(chains.chains) == {"c"} and chains.held == 300
+    chains.drop()
+    assert chains.chains == {} and chains.held == 0
+
+
 def test_a_replay_is_the_three_sub_calls_replays_and_counted_once():
     chains, eng, door, log, counted, count = _setup()
     assert chains.fire(("key",), count) and chains.fire(("key",), count)

@@ -10,7 +10,8 @@ own (views of the caller's buffers that hold no reference to them), so that a re
 engine's replay, the door's replay and the node engine's replay again. torch's compiled backend replays the
 same three from C (hpccl/torch/replay.py arms them). Any sub-call that cannot be replayed runs the
 sub-communicator's Python path, from where the replay stopped. The call must split evenly over the node's
-ranks, and avg (a scaling at the end) is left to the Python path.
+ranks, and avg (a scaling at the end) is left to the Python path. The temporaries kept are bounded (MAX_HELD
+bytes, MAX_CHAINS chains per communicator): past either, the chains made so far let theirs go.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .. import config
 from ..ops import AVG
 
 MAX_CHAINS = 64
+MAX_HELD = 1 << 30  # bytes of temporaries one communicator's chains keep between calls (a chain needs 1/local)
 _U16 = np.dtype(np.uint16)  # a bfloat16 buffer's flat view (memory/cuda.py)
 
 
@@ -70,13 +72,16 @@ class HierChains:
         self.comm = comm
         self.chains: Dict[tuple, Chain] = {}
         self.fired = 0
+        self.held = 0  # bytes of the chains' temporaries
 
     def takes(self, call: Any) -> bool:
         """A call a chain can carry: all_reduce with a replay key, no avg, splitting evenly over the node, not
-        bfloat16 (its flat view is uint16, which the sub-communicators' calls refuse as the user's dtype)."""
+        bfloat16 (its flat view is uint16, which the sub-communicators' calls refuse as the user's dtype), its
+        temporary within MAX_HELD."""
         send = call.args[0]
         return (call.coll == "all_reduce" and call.key is not None and call.finish is None
-                and call.op is not AVG and send.size % self.comm.local_size == 0 and send.dtype != _U16)
+                and call.op is not AVG and send.size % self.comm.local_size == 0 and send.dtype != _U16
+                and send.nbytes // self.comm.local_size <= MAX_HELD)
 
     def record(self, call: Any) -> None:
         """Run ``call`` (a first or declined call) through its chain, made now if it has none (the caller's
@@ -86,9 +91,12 @@ class HierChains:
         ch = self.chains.get(call.key)
         if ch is None:
             send, recv, op = call.args
-            if len(self.chains) >= MAX_CHAINS:
-                self.chains.clear()
+            part = send.nbytes // comm.local_size
+            if len(self.chains) >= MAX_CHAINS or self.held + part > MAX_HELD:
+                self.chains.clear()  # their temporaries go back to CuPy's pool once no armed replay holds them
+                self.held = 0
             ch = self.chains[call.key] = Chain(send, recv, op, call.stream, comm.local_size)
+            self.held += part
         ch.run(intra, inter)
         eng = intra._dev.engine if intra._dev is not None else None
         if eng is not None:  # the keys the node engine snapshotted the two node calls under
@@ -125,6 +133,7 @@ class HierChains:
         The node engine's snapshots go too: their generation is what tells torch's compiled backend that
         what it armed from a chain is stale."""
         self.chains.clear()
+        self.held = 0
         intra = self.comm._sub.get("intra")
         if intra is not None and intra._dev is not None and intra._dev.engine is not None:
             intra._dev.engine.drop()

@@ -1,5 +1,5 @@
 """Repeated hier all_reduce on GPU buffers replayed through its chain (hpccl/gpu/hierreplay.py), on the GPU
-machine: run under mpirun with HPCCL_NODE_ID=split:K (several nodes of K > 1 ranks) and HPCCL_HIER_REPLAY=1
+machine: run under mpirun with HPCCL_NODE_ID=split:K (several nodes of K > 1 ranks); HPCCL_HIER_REPLAY=1 (the default)
 (0: the same checks with no chain; every call must then run in Python). Checked per rank: values
 of repeated calls in place and out of place, two buffers in turn, max, on another stream, and the calls the
 chain does not carry (an uneven size, avg) right too; the repeated calls were replayed by the chain; every

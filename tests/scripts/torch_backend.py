@@ -13,6 +13,7 @@ import time
 import torch
 import torch.distributed as dist
 
+import hpccl
 import hpccl.torch as ht
 
 DEV = os.environ.get("HPCCL_TORCH_DEVICE", "cpu")
@@ -256,14 +257,14 @@ if DEV == "cuda":
         ok = ok and torch.equal(sout, torch.full_like(sout, float(n * (rank + i))))
     check("cuda repeated all_gather_into_tensor / reduce_scatter_tensor, sync and async, values", ok)
     if before is not None:
-        # with several ranks per node across nodes (hier) only all_reduce replays (through chains, and only
-        # with HPCCL_HIER_REPLAY=1): 24 calls on 3 streams, each stream's first one and its arming call in Python
+        # with several ranks per node across nodes (hier) only all_reduce replays (through chains, unless
+        # HPCCL_HIER_REPLAY=0): 24 calls on 3 streams, each stream's first one and its arming call in Python
         hc = getattr(pg, "comm", None)
         hier = hc is not None and hc.num_nodes > 1 and hc.local_size > 1
-        if hier and os.environ.get("HPCCL_HIER_REPLAY", "0") == "1":
+        if hier and hpccl.config.get("HPCCL_HIER_REPLAY"):
             check(f"cuda repeated all_reduce replayed by the compiled backend (hier: {mid - before} of 24)",
                   mid - before >= 18)
-        elif hier:  # without chains a hier group replays nothing: every call is hier's Python path
+        elif hier:  # with HPCCL_HIER_REPLAY=0 a hier group replays nothing: every call is hier's Python path
             check(f"cuda hier calls not replayed without HPCCL_HIER_REPLAY ({pg.replays - before})",
                   pg.replays == before)
         else:
