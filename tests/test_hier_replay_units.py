@@ -150,3 +150,65 @@ def test_drop_forgets_every_chain_and_the_node_engines_snapshots():
     chains, eng, door, log, counted, count = _setup()
     chains.drop()
     assert chains.chains == {} and eng.dropped == 1 and not chains.fire(("key",), count)
+
+
+class _Native:
+    def __init__(self) -> None:
+        self.armed: list = []
+
+    def arm_hier(self, *args) -> None:
+        self.armed.append(args)
+
+
+def _torch_group(chain, slot: int = 3, inter_door: bool = True):
+    """A stand-in for torch's ReplayGroup around a communicator whose hier chains hold ``chain`` under the key
+    of the tensor it is called with; the node engine has snapshots (NOTHING) for both node sub-calls."""
+    from hpccl.gpu.cuda_comm import NOTHING
+
+    class Door:
+        generation = 5
+        count_call = 77
+
+        def slot(self, code, send, recv, op, root, stream):
+            assert (code, recv, root) == (0, None, -1) and send is chain.part
+            return slot
+
+    eng = SimpleNamespace(_fast={("rs",): NOTHING, ("ag",): NOTHING}, fs=SimpleNamespace(gen=9))
+    hier = hierreplay.HierChains(SimpleNamespace(local_size=2))
+    keys = SimpleNamespace(key=lambda coll, send, recv, op, root, st: ("ar", send.data_ptr(), recv, op, root, st))
+    comm = SimpleNamespace(_dev=SimpleNamespace(keys=keys),
+                           _sub={"intra": SimpleNamespace(_dev=SimpleNamespace(engine=eng)),
+                                 "inter": SimpleNamespace(_door=Door() if inter_door else None)})
+    native, kept = _Native(), {}
+    g = SimpleNamespace(comm=comm, native=native, _engine=eng, _door=comm._sub["inter"]._door,
+                        _keep=lambda key, what, gen: kept.update({key: (what, gen)}))
+    from hpccl.torch.replay import ReplayGroup
+    g._replayable = ReplayGroup._replayable
+    return g, hier, native, kept
+
+
+@pytest.mark.parametrize("why", ["armed", "no chain", "no first snapshot", "no door recording", "no door"])
+def test_torch_arms_a_chain_only_when_its_three_sub_calls_can_be_replayed(why):
+    """ReplayGroup._arm_hier (hpccl/torch/replay.py) hands the compiled side a chain's two node snapshots and
+    the door's slot, counted on the user's communicator, under the user's tensor; with any of the three
+    missing it arms nothing (the call stays on hpccl's Python side, which replays what it can)."""
+    torch = pytest.importorskip("torch")
+    from hpccl.torch.replay import ReplayGroup
+    t = torch.zeros(16)
+    ch = object.__new__(hierreplay.Chain)
+    ch.part, ch.op, ch.stream = object(), SUM, 7
+    ch.k_rs, ch.k_ag = (("rs",), ("ag",)) if why != "no first snapshot" else (None, ("ag",))
+    g, hier, native, kept = _torch_group(ch, slot=-1 if why == "no door recording" else 3,
+                                         inter_door=why != "no door")
+    if why != "no chain":
+        hier.chains[("ar", t.data_ptr(), None, SUM, -1, 7)] = ch
+    ReplayGroup._arm_hier(g, hier, t, SUM, 0, 7)
+    if why != "armed":
+        assert native.armed == [] and kept == {}, why
+        return
+    (args,) = native.armed
+    assert args[:4] == (t, 0, 7, 9)  # tensor, torch's op, stream, the node engine's generation
+    assert args[4:9] == (0, 0, 0, 0, 0) and args[9:11] == (3, 5) and args[11:16] == (0, 0, 0, 0, 0)
+    assert args[16] == 77 and args[17] == id(g.comm)
+    (what, gen), = kept.values()
+    assert what[2] is ch and gen == 9  # the chain (its temporary) is held while the compiled side may replay it
