@@ -105,11 +105,6 @@ _param("HPCCL_NET_LANES", 0, int,
        "each), slice i of every message going over lane i mod L, so one peer's data moves over L connections "
        "at once. 0 (auto): 1 where UCX has an RDMA transport (its NIC does the copying), else min(4, the cores "
        "this rank may run on / (2 x the ranks on its node)); every rank takes the fewest any rank chose.")
-_param("HPCCL_NET_LAZY_WAKE", False, _bool,
-       "1: a replayed GPU call across nodes hands its pieces to a lane's engine without waking that engine's "
-       "thread when it naps with batches in flight (it wakes at their next socket event, or within a "
-       "millisecond), saving the caller a write(2) per lane; an idle engine is still woken. 0: every sleeping "
-       "engine is woken. Ranks may differ.")
 _param("HPCCL_NET_REPLAY", 1, int,
        "1: a repeated GPU call across nodes (same collective, buffers, dtype, op, root and stream, one rank "
        "per node) is enqueued from its recording by one C call (hpccl/csrc/_netreplay.c) instead of running its "

@@ -147,12 +147,6 @@ void wake_if_sleeping(engine_t *e) {
   if (atomic_load(&e->sleeping)) wake_engine(e);
 }
 
-/* as wake_if_sleeping, but an engine napping with batches in flight is left to wake by itself (a socket
-   event of those batches, or its millisecond's timeout), saving the caller a write(2) */
-void wake_if_idle(engine_t *e) {
-  if (atomic_load(&e->sleeping) == 1) wake_engine(e);
-}
-
 /* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
 void op_end(op_t *o, ucs_status_t st, size_t got) {
   if (o->done) return;

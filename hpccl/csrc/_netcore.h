@@ -212,7 +212,6 @@ void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64
 void stage_batch(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
                  uint32_t val, double timeout, const char *label);
 void wake_if_sleeping(engine_t *e);
-void wake_if_idle(engine_t *e);
 void wake_engine(engine_t *e);
 void op_end(op_t *o, ucs_status_t st, size_t got);
 void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st);

@@ -48,7 +48,7 @@ typedef struct {
   uint32_t tok, pad0;       /* ready tokens written (eager steps) */
   uint64_t last_stream;     /* the stream of the latest call, NR_NO_STREAM before the first */
   int32_t joinable;         /* the join event was recorded after the latest call */
-  int32_t lazy;             /* HPCCL_NET_LAZY_WAKE: a replay leaves napping engines to wake by themselves */
+  int32_t pad1;
   uint32_t val[NR_LANES];   /* per lane: done values handed out */
 } net_state;
 
@@ -310,10 +310,7 @@ static void nr_flush(NetProgram *p, nr_pending *q, int wake) {
   }
   if (wake)
     for (int j = 0; j < p->nlanes; j++)
-      if (q->handed & (1u << j)) {
-        if (p->st->lazy) wake_if_idle(&p->eng[j]->core);
-        else wake_if_sleeping(&p->eng[j]->core);
-      }
+      if (q->handed & (1u << j)) wake_if_sleeping(&p->eng[j]->core);
 }
 
 static int nr_fail(const char *what, int rc) {

@@ -60,10 +60,9 @@ MIN_PIECE = 64 << 10  # smallest piece a message is cut into to fill its lanes (
 class NetState(ctypes.Structure):
     """Counters of one communicator's eager network steps, shared with the C replay of recorded calls
     (hpccl/csrc/_netreplay.c, net_state: keep the layouts equal): ready tokens written, the stream of the latest
-    call, whether the join event was recorded after it, whether replays leave napping engines to wake by
-    themselves (HPCCL_NET_LAZY_WAKE), and per lane the done values handed out."""
+    call, whether the join event was recorded after it, and per lane the done values handed out."""
     _fields_ = [("tok", ctypes.c_uint32), ("_pad0", ctypes.c_uint32), ("last_stream", ctypes.c_uint64),
-                ("joinable", ctypes.c_int32), ("lazy", ctypes.c_int32), ("val", ctypes.c_uint32 * MAX_LANES)]
+                ("joinable", ctypes.c_int32), ("_pad1", ctypes.c_int32), ("val", ctypes.c_uint32 * MAX_LANES)]
 
 
 def new_state() -> NetState:
@@ -122,7 +121,6 @@ class StagedNet:
         self.dones = [(self._words.host + 4 + 4 * j, self._words.dev + 4 + 4 * j) for j in range(len(self.engs))]
         self.done_h, self.done_d = self.dones[0]
         self.st = new_state()  # tokens, done values, last stream (shared with replays)
-        self.st.lazy = int(bool(config.get("HPCCL_NET_LAZY_WAKE")))
         self.rec: Any = None  # a netreplay.Recording while a call is recorded for replay
         self._stage: Optional[_Pinned] = None
         self._old: List[_Pinned] = []  # outgrown staging areas: earlier steps may still use them

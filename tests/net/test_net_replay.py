@@ -584,17 +584,13 @@ def test_fused_steps_replay_with_their_token_and_done_value_patched(pair):
     assert ea.error() is None and eb.error() is None
 
 
-@pytest.mark.parametrize("lazy", [0, 1])
-def test_piped_steps_match_the_sliced_path_and_replay(lanes, lazy):
+def test_piped_steps_match_the_sliced_path_and_replay(lanes):
     """Large steps as one kernel walking their pieces (StagedNet.step_piped) over two lanes: 40 calls of 3
     pieces each, rank 0 piped (replayed from its second call), rank 1 alternating the piped kernel with the
     Python sliced path (a stream operation per piece) and with fused small steps in between, so the lanes'
-    done values drift apart and the piped step first brings them level; every result checked. ``lazy``:
-    HPCCL_NET_LAZY_WAKE's way, replays leave napping engines to wake by themselves (nothing is lost)."""
+    done values drift apart and the piped step first brings them level; every result checked."""
     engs, gpus = lanes
     nets = [_net(e, g, 4096) for e, g in zip(engs, gpus)]
-    for n in nets:
-        n.st.lazy = lazy
     reps = [netreplay.NetReplays(n, Mem(), g.entry_points()) for n, g in zip(nets, gpus)]
     count = 2600  # 10400 bytes: pieces of 3584, 3584 and 3232 bytes on lanes 0, 1, 0
     xs = [np.zeros(count, np.float32) for _ in range(2)]
