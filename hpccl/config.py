@@ -116,7 +116,8 @@ _param("HPCCL_NET_DOOR", 1, int,
        "bookkeeping (the default); 0: the Python way. The same recording is replayed either way.")
 _param("HPCCL_HIER_REPLAY", 1, int,
        "1 (the default): a repeated all_reduce on GPU buffers that hier runs (several ranks per node, splitting "
-       "evenly over them; not avg, not bfloat16) keeps its temporary (at most 1 GiB over all such calls), so its "
+       "evenly over them; not avg, not bfloat16) keeps its temporary (the chains keep at most 1 GiB; one torch's "
+       "compiled backend armed is held until it is re-armed), so its "
        "node reduce_scatter, network all_reduce and node all_gather replay their own recordings "
        "(hpccl/gpu/hierreplay.py; torch's compiled backend arms them too); 0: hier runs in Python every call. The "
        "messages are the same either way, so ranks may differ.")
