@@ -58,3 +58,10 @@ def test_info_prints_config_and_topology():
     assert "network path: hpccl's native engine" in proc.stdout, proc.stdout[-3000:]  # the one network stack
     lanes = re.search(r"network lanes for GPU steps: (\d+) \(HPCCL_NET_LANES=0, auto", proc.stdout)
     assert lanes and 1 <= int(lanes.group(1)) <= 4, proc.stdout[-3000:]
+
+
+def test_perf_times_at_least_20_calls_per_size_unless_told():
+    """A large row timed over 3 calls read 3x slow from one stalled call; like nccl-tests, 20 at least."""
+    from hpccl.cli.perf import _iters
+    assert _iters(64 << 20, 0) == 20 and _iters(1 << 20, 0) == 61 and _iters(8, 0) == 200
+    assert _iters(64 << 20, 3) == 3
