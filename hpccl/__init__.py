@@ -2,7 +2,7 @@
 from .core.comm import Communicator, init
 from .errors import (HpcclEnvironmentError, HpcclError, HpcclInvalidArgument, HpcclInvalidUsage,
                      HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported)
-from .ops import AVG, DTYPES, MAX, MIN, PROD, SUM, ReduceOp, bfloat16
+from .ops import AVG, DTYPES, MAX, MIN, PROD, SUM, ReduceOp
 
 __version__ = "0.1.0"
 
@@ -11,3 +11,11 @@ __all__ = [
     "HpcclError", "HpcclInvalidArgument", "HpcclInvalidUsage", "HpcclTimeoutError", "HpcclSystemError",
     "HpcclEnvironmentError", "HpcclUnsupported", "HpcclRemoteError", "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """hpccl.bfloat16 (numpy's, from ml_dtypes) is made when first read: see ops.bfloat16_dtype."""
+    if name == "bfloat16":
+        from .ops import bfloat16_dtype
+        return bfloat16_dtype()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

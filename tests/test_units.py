@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -53,6 +55,23 @@ def test_ops_and_dtypes():
     with pytest.raises(HpcclInvalidArgument):
         check_op_dtype(AVG, DTYPES["uint8"])
     assert len(DTYPES) == 10
+
+
+def test_ml_dtypes_is_imported_only_for_bfloat16():
+    """ml_dtypes 0.7 takes about a second to import, which every rank paid at start: a job that never
+    touches bfloat16 (including its calls' checks and errors) never imports it; hpccl.bfloat16 still works."""
+    code = ("import sys, numpy as np, hpccl\n"
+            "from hpccl.errors import HpcclInvalidArgument\n"
+            "c = hpccl.init(); x = np.arange(8, dtype=np.float32); c.all_reduce(x); c.all_gather(x)\n"
+            "assert sorted(hpccl.DTYPES)[0] == 'bfloat16'\n"
+            "try:\n    c.all_reduce(np.zeros(2, np.complex64))\nexcept HpcclInvalidArgument as e:\n"
+            "    assert 'bfloat16' in str(e)\n"
+            "before = 'ml_dtypes' in sys.modules\n"
+            "y = np.full(4, 3, dtype=hpccl.bfloat16); c.all_reduce(y, op='avg')\n"
+            "print(before, 'ml_dtypes' in sys.modules, str(y.dtype), float(y[0])); c.destroy()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True", "bfloat16", "3.0"]
 
 
 def test_offsets_cover_exactly():

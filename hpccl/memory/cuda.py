@@ -10,7 +10,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ..errors import HpcclInvalidArgument
-from ..ops import bfloat16, check_dtype, dtype_name
+from ..ops import bfloat16_dtype, check_dtype, dtype_name, is_bfloat16
 
 
 class DevBuf(NamedTuple):
@@ -42,7 +42,7 @@ def _torch_dtypes():
         import torch
         _TORCH_DT = {torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
                      torch.int32: np.dtype(np.int32), torch.int64: np.dtype(np.int64),
-                     torch.float16: np.dtype(np.float16), torch.bfloat16: bfloat16,
+                     torch.float16: np.dtype(np.float16),
                      torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
         for name, np_dt in (("uint32", np.uint32), ("uint64", np.uint64)):
             if hasattr(torch, name):
@@ -72,6 +72,8 @@ def device_view(obj: Any, name: str) -> DevBuf:
         if not obj.is_contiguous():
             raise HpcclInvalidArgument(name, "torch tensor is not contiguous; pass t.contiguous()")
         dt = _torch_dtypes().get(obj.dtype)
+        if dt is None and str(obj.dtype) == "torch.bfloat16":
+            dt = bfloat16_dtype()
         if dt is None:
             raise HpcclInvalidArgument(name, f"torch dtype {obj.dtype} is not supported")
         return DevBuf(obj.data_ptr(), obj.numel(), dt, dt.itemsize, obj.device.index, "torch", obj)
@@ -80,7 +82,7 @@ def device_view(obj: Any, name: str) -> DevBuf:
         raise HpcclInvalidArgument(name, f"{type(obj).__name__} is not a CUDA array")
     dt = np.dtype(cai["typestr"])
     if dt.kind == "V" and dt.itemsize == 2:
-        dt = bfloat16
+        dt = bfloat16_dtype()
     check_dtype(dt, name)
     shape = tuple(cai["shape"])
     count = int(np.prod(shape)) if shape else 1
@@ -99,7 +101,7 @@ def device_view(obj: Any, name: str) -> DevBuf:
 
 
 _OK = {np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
-                             np.float32, np.float64)} | {bfloat16}
+                             np.float32, np.float64)}  # and bfloat16 (check_dtype)
 
 
 def _pointer_device(ptr: int) -> int:
@@ -163,7 +165,7 @@ _U16 = np.dtype(np.uint16)
 def _cupy_from_ptr(ptr: int, count: int, dtype: np.dtype, device: int, owner: Any) -> Any:
     """A flat CuPy array over memory another library owns (kept alive through ``owner``)."""
     import cupy
-    cdt = _U16 if dtype == bfloat16 else dtype
+    cdt = _U16 if is_bfloat16(dtype) else dtype
     if count == 0:
         with cupy.cuda.Device(device):
             return cupy.empty(0, dtype=cdt)
@@ -200,7 +202,7 @@ class DeviceMemory:
 
     @staticmethod
     def dtype(flat: Any) -> np.dtype:
-        return bfloat16 if flat.dtype == _U16 else flat.dtype
+        return bfloat16_dtype() if flat.dtype == _U16 else flat.dtype
 
     @staticmethod
     def writable(flat: Any, name: str) -> None:

@@ -6,7 +6,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from .interop import host_view, writable
-from ..ops import AVG, SUPPORTED, UFUNC, ReduceOp
+from ..ops import AVG, UFUNC, ReduceOp, supported
 
 __all__ = ["copy", "reduce", "scale_avg", "finish", "empty", "view", "dtype", "writable", "empty_out", "shares",
            "same", "stream", "clone", "kind", "blocking"]
@@ -44,7 +44,7 @@ blocking = True
 
 def view(obj: Any, name: str) -> Tuple[np.ndarray, Any]:
     """(flat view, the array as given): numpy, buffer-protocol objects, torch CPU tensors."""
-    if type(obj) is np.ndarray and obj.flags.c_contiguous and obj.dtype in SUPPORTED:
+    if type(obj) is np.ndarray and obj.flags.c_contiguous and supported(obj.dtype):
         return (obj if obj.ndim == 1 else obj.reshape(-1)), obj  # the common case, checked cheaply
     return host_view(obj, name)
 

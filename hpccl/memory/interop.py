@@ -8,7 +8,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from ..errors import HpcclInvalidArgument
-from ..ops import bfloat16, check_dtype
+from ..ops import bfloat16_dtype, check_dtype
 
 HOST, CUDA = "host", "cuda"
 _KIND_BY_TYPE = {np.ndarray: HOST}
@@ -31,7 +31,7 @@ def memory_kind(obj: Any) -> str:
 def _torch_cpu(obj: Any) -> np.ndarray:
     import torch
     if obj.dtype == torch.bfloat16:
-        return obj.detach().view(torch.int16).numpy().view(bfloat16)
+        return obj.detach().view(torch.int16).numpy().view(bfloat16_dtype())
     return obj.detach().numpy()
 
 

@@ -8,11 +8,11 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from ..errors import HpcclError, HpcclInvalidUsage, HpcclRemoteError
-from ..ops import DTYPES, ReduceOp
+from ..ops import DTYPES, ReduceOp, dtype_name
 
 COLLECTIVES = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "barrier",
                "all_to_all_v"]
-_DTYPES = list(DTYPES.values())
+_DTYPES = list(DTYPES)  # by name: reading bfloat16's dtype would import ml_dtypes
 _OPS = list(ReduceOp)
 _KINDS = ["host", "cuda"]
 UNCHECKED = -1  # a field this call does not fix across ranks (all_to_all_v's bytes, a dtype-less barrier)
@@ -24,7 +24,7 @@ def signature(call: Any) -> np.ndarray:
     dt = UNCHECKED
     if call.args and call.coll != "all_to_all_v":
         try:
-            d = np.dtype(call.mem.dtype(call.args[0]))
+            d = dtype_name(np.dtype(call.mem.dtype(call.args[0])))
             dt = _DTYPES.index(d) if d in _DTYPES else UNCHECKED
         except (TypeError, AttributeError):
             dt = UNCHECKED
@@ -41,7 +41,7 @@ def describe(sig: np.ndarray) -> str:
     if nbytes >= 0:
         parts.append(f"{nbytes} B")
     if dt >= 0:
-        parts.append(str(_DTYPES[dt]))
+        parts.append(_DTYPES[dt])
     if op >= 0:
         parts.append(_OPS[op].value)
     if root >= 0:
