@@ -39,57 +39,56 @@ def total(i: int) -> float:
 check("layout: several nodes of several ranks", comm.num_nodes > 1 and L > 1)
 count = 1 << 16  # 256 KiB of float32, a multiple of any local size up to 16
 x, y, z = (cupy.empty(count, dtype=cupy.float32) for _ in range(3))
-ok = True
-for i in range(20):
-    x.fill(rank + i)
-    comm.all_reduce(x)
-    ok = ok and bool((x == total(i)).all())
-check("in place, 20 calls on one buffer", ok)
-ok = True
-for i in range(20):
+
+
+def repeat(what: str, calls: int, step) -> None:
+    """``calls`` rounds of step(i), which fills, calls and returns whether round i's values are right."""
+    ok = True
+    for i in range(calls):
+        ok = step(i) and ok
+    check(what, ok)
+
+
+def in_place(i: int, b=x, op=hpccl.SUM, want=total) -> bool:
+    b.fill(rank + i)
+    comm.all_reduce(b, op=op)
+    return bool(cupy.allclose(b, want(i)) if op == hpccl.AVG else (b == want(i)).all())
+
+
+def out_of_place(i: int) -> bool:
     x.fill(rank + i)
     comm.all_reduce(x, y)
-    ok = ok and bool((y == total(i)).all()) and bool((x == rank + i).all())
-check("out of place, 20 calls (input untouched)", ok)
-ok = True
-for i in range(20):
+    return bool((y == total(i)).all()) and bool((x == rank + i).all())
+
+
+def turns(i: int) -> bool:
     b = x if i % 2 else z
     b.fill(rank * i)
     comm.all_reduce(b)
-    ok = ok and bool((b == float(i * n * (n - 1) // 2)).all())
-check("two buffers in turn", ok)
-ok = True
-for i in range(10):
-    x.fill(rank + i)
-    comm.all_reduce(x, op=hpccl.MAX)
-    ok = ok and bool((x == float(n - 1 + i)).all())
-check("max", ok)
-s = cupy.cuda.Stream(non_blocking=True)
-ok = True
-for i in range(10):
+    return bool((b == float(i * n * (n - 1) // 2)).all())
+
+
+def other_stream(i: int, s=cupy.cuda.Stream(non_blocking=True)) -> bool:
     with s:
         x.fill(rank + i)
         comm.all_reduce(x, stream=s)
-        ok = ok and bool((x == total(i)).all())
+        ok = bool((x == total(i)).all())
     s.synchronize()
-check("on another stream", ok)
+    return ok
+
+
+repeat("in place, 20 calls on one buffer", 20, in_place)
+repeat("out of place, 20 calls (input untouched)", 20, out_of_place)
+repeat("two buffers in turn", 20, turns)
+repeat("max", 10, lambda i: in_place(i, op=hpccl.MAX, want=lambda i: float(n - 1 + i)))
+repeat("on another stream", 10, other_stream)
 hier = comm._dev.hier
 fired = hier.fired if hier is not None else 0
 on = bool(hpccl.config.get("HPCCL_HIER_REPLAY"))
 check(f"repeated calls replayed by the chain ({fired})", fired >= 70 if on else fired == 0)
 u = cupy.empty(count + 1, dtype=cupy.float32)  # not a multiple of the local size: hier's uneven path
-ok = True
-for i in range(5):
-    u.fill(rank + i)
-    comm.all_reduce(u)
-    ok = ok and bool((u == total(i)).all())
-check("uneven size (no chain)", ok)
-ok = True
-for i in range(5):
-    x.fill(rank + i)
-    comm.all_reduce(x, op=hpccl.AVG)
-    ok = ok and bool(cupy.allclose(x, total(i) / n))
-check("avg (no chain)", ok)
+repeat("uneven size (no chain)", 5, lambda i: in_place(i, b=u))
+repeat("avg (no chain)", 5, lambda i: in_place(i, op=hpccl.AVG, want=lambda i: total(i) / n))
 check("the calls the chain does not carry were not replayed", (hier.fired if hier is not None else 0) == fired)
 cupy.cuda.get_current_stream().synchronize()
 # the user's communicator and the network's count every call, replayed or not (a node engine's replay counts
