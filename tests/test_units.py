@@ -194,3 +194,29 @@ sys.stdin.read()
     assert mpirun.shm_in_use([name]) == set()
     assert mpirun.remove_unused([name]) == [name]  # what the clean-up does once the holder has gone
     assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_device_buffers_name_bfloat16_from_torch_and_the_array_interface(monkeypatch):
+    """GPU buffers' dtypes without a GPU: a CUDA tensor (a stand-in of torch's type, real torch dtypes) and
+    a __cuda_array_interface__ of 2-byte voids are bfloat16, its flat uint16 view reads back as bfloat16,
+    float32 stays float32 and an unsupported dtype is refused naming the argument."""
+    torch = pytest.importorskip("torch", reason="torch is not installed (the test extra installs it)")
+    import types
+
+    from hpccl.memory import cuda
+
+    def tensor(dt):
+        t = types.SimpleNamespace(is_cuda=True, dtype=dt, is_contiguous=lambda: True, data_ptr=lambda: 4096,
+                                  numel=lambda: 8, device=types.SimpleNamespace(index=0))
+        return type("Tensor", (), {"__module__": "torch", "__getattr__": lambda s, k: getattr(t, k)})()
+
+    b = cuda.device_view(tensor(torch.bfloat16), "tensor")
+    assert b.dtname == "bfloat16" and b.itemsize == 2 and b.nbytes == 16
+    assert cuda.device_view(tensor(torch.float32), "tensor").dtname == "float32"
+    with pytest.raises(HpcclInvalidArgument, match="tensor"):
+        cuda.device_view(tensor(torch.complex64), "tensor")
+    cai = type("Cai", (), {"__cuda_array_interface__": {"typestr": "<V2", "shape": (4,), "data": (4096, False),
+                                                        "version": 3}})()
+    monkeypatch.setattr(cuda, "_pointer_device", lambda ptr: 0)  # cupy's pointer query, absent here
+    assert cuda.device_view(cai, "x").dtname == "bfloat16"
+    assert cuda.DeviceMemory.dtype(np.zeros(2, np.uint16)) == DTYPES["bfloat16"]
