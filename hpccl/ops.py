@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
