@@ -27,7 +27,7 @@ if os.environ.get("TORCHELASTIC_RUN_ID"):  # torchrun: no MPI, hpccl bootstraps 
 else:
     ht.init_process_group(**init)
 rank, n = dist.get_rank(), dist.get_world_size()
-checks, bad = 0, []
+checks, bad, replays = 0, [], None
 REF = "gloo" if DEV == "cpu" or n > torch.cuda.device_count() else "nccl"
 torch.set_default_device(DEV)
 
@@ -261,6 +261,7 @@ if DEV == "cuda":
         # HPCCL_HIER_REPLAY=0): 24 calls on 3 streams, each stream's first one and its arming call in Python
         hc = getattr(pg, "comm", None)
         hier = hc is not None and hc.num_nodes > 1 and hc.local_size > 1
+        replays = [mid - before, pg.replays - before]  # of the 24 all_reduce, of all 48 calls (in RESULT)
         if hier and hpccl.config.get("HPCCL_HIER_REPLAY"):
             check(f"cuda repeated all_reduce replayed by the compiled backend (hier: {mid - before} of 24)",
                   mid - before >= 18)
@@ -424,7 +425,8 @@ def train_fsdp(group):
 f_h, f_g = train_fsdp(None), train_fsdp(ref)
 check(f"fsdp2 losses equal {REF}'s", same(f_h, f_g))
 print("RESULT " + json.dumps({"rank": rank, "checks": checks, "bad": bad, "device": DEV, "reference": REF,
-                              "backend": dist.get_backend(), "group": type(dist.group.WORLD).__name__}), flush=True)
+                              "backend": dist.get_backend(), "group": type(dist.group.WORLD).__name__,
+                              "replays": replays}), flush=True)
 dist.destroy_process_group()
 # a gloo group object left alive into interpreter teardown beside hpccl's sometimes aborts there
 # ("terminate called without an active exception", docs/TORCH.md): drop it first
