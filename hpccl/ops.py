@@ -61,6 +61,9 @@ class _Dtypes(Mapping):
     def __len__(self) -> int:
         return len(_NAMES)
 
+    def __contains__(self, name: object) -> bool:
+        return name in _NAMES  # Mapping's would read the value
+
 
 #: name -> numpy dtype for every supported datatype
 DTYPES: Mapping[str, np.dtype] = _Dtypes()
