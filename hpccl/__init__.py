@@ -16,6 +16,6 @@ __all__ = [
 def __getattr__(name: str) -> object:
     """hpccl.bfloat16 (numpy's, from ml_dtypes) is made when first read: see ops.bfloat16_dtype."""
     if name == "bfloat16":
-        from .ops import bfloat16_dtype
-        return bfloat16_dtype()
+        from . import ops
+        return ops.bfloat16
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

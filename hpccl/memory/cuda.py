@@ -62,8 +62,7 @@ def device_view(obj: Any, name: str) -> DevBuf:
         if not obj.flags.c_contiguous:
             raise HpcclInvalidArgument(name, "CuPy array is not C-contiguous; pass cupy.ascontiguousarray(x)")
         dt = obj.dtype
-        if dt not in _OK:
-            check_dtype(dt, name)
+        check_dtype(dt, name)
         return DevBuf(obj.data.ptr, obj.size, dt, dt.itemsize, obj.device.id, "cupy", obj)
     mod = type(obj).__module__
     if mod.startswith("torch"):
@@ -98,10 +97,6 @@ def device_view(obj: Any, name: str) -> DevBuf:
     if cai["data"][1]:
         raise HpcclInvalidArgument(name, "CUDA array is read-only")
     return DevBuf(ptr, count, dt, dt.itemsize, _pointer_device(ptr), "cai", obj)
-
-
-_OK = {np.dtype(t) for t in (np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16,
-                             np.float32, np.float64)}  # and bfloat16 (check_dtype)
 
 
 def _pointer_device(ptr: int) -> int:
