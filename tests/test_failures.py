@@ -256,12 +256,13 @@ def test_a_node_step_stopped_by_a_failed_network_step_names_the_rank_at_fault():
     from hpccl.errors import HpcclRemoteError, HpcclSystemError
     from hpccl.kernels import ERR_NET, ERR_PEER
 
-    def fake(word, heard):
+    def fake(word, heard, seen=None):
         told = []
         f = types.SimpleNamespace(_err=ctypes.c_uint32(word), _failed=False, fs=types.SimpleNamespace(seq=6, live=1),
                                   drop=lambda: None, _what="all_gather", watchdog=types.SimpleNamespace(dead=None),
                                   comm=types.SimpleNamespace(rank=0, size=2, abort=told.append,
-                                                             _peer_aborted=lambda: heard))
+                                                             _peer_aborted=lambda: heard,
+                                                             _seen_failure=lambda wait: seen))
         f._heard_origin = types.MethodType(CudaComm._heard_origin, f)
         return f, told
 
@@ -276,6 +277,37 @@ def test_a_node_step_stopped_by_a_failed_network_step_names_the_rank_at_fault():
     f, told = fake(ERR_NET, None)
     with pytest.raises(HpcclSystemError, match="network step of this node failed"):
         CudaComm._fail(f, "all_gather")
+    # its own step failed before this rank's host looked (a hier chain's node step enqueued after the network
+    # step): what the parent's watch sees is named and passed on, not this rank (user rank 0 outside: -2)
+    f, told = fake(ERR_NET, None, seen=-2)
+    with pytest.raises(HpcclRemoteError) as info:
+        CudaComm._fail(f, "all_gather")
+    assert info.value.rank == -2 and told == [-2] and "all_gather #6" in str(info.value)
+
+
+def test_a_hier_steps_gpu_failure_met_before_its_call_is_named_in_the_users_numbering(monkeypatch):
+    """A hier chain's sub-calls go through the sub-communicators' own front ends, whose checks can meet an
+    earlier GPU failure before the call's _run: it is raised in the user's numbering (a rank outside the
+    node, -(r+2) on the wire, is user rank r), and the rank a hier step's parent sees fail is given in the
+    step's wire numbering (_seen_failure, used when its own network step failed first). Host-only, stand-ins."""
+    import types
+    from hpccl.core.comm import Communicator
+    from hpccl.errors import HpcclRemoteError
+    from hpccl.runtime import failures
+
+    def raise_remote(what):
+        raise HpcclRemoteError.aborted(what, 6, -7, [-7], "")
+    parent = types.SimpleNamespace(_numbering=object(), _parent=None)
+    sub = types.SimpleNamespace(_dev=types.SimpleNamespace(check=raise_remote), _parent=parent, parent_ranks=[0, 1])
+    with pytest.raises(HpcclRemoteError) as info:
+        Communicator._check_device(sub, "all_gather")
+    assert info.value.rank == 5 and info.value.awaited == [5] and "rank 5 " in str(info.value), info.value
+    seen = iter([None, None, HpcclRemoteError.died("all_reduce", 6, 4, "its connection was lost", [], "")])
+    monkeypatch.setattr(failures, "watch", lambda comm: next(seen))
+    assert Communicator._seen_failure(sub, 5.0) == -6  # user rank 4, outside this node's [0, 1]
+    monkeypatch.setattr(failures, "watch", lambda comm: None)
+    assert Communicator._seen_failure(sub, 0.01) is None
+    assert Communicator._seen_failure(types.SimpleNamespace(_parent=None), 1.0) is None
 
 
 # ----- hier layouts (several nodes, several ranks each): a dead or stopped rank, every position -----------

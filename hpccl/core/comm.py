@@ -153,6 +153,32 @@ class Communicator:
     def _peer_aborted(self) -> Optional[int]:
         return peer_aborted(self)
 
+    def _seen_failure(self, wait: float) -> Optional[int]:
+        """A hier step's: the rank whose failure its parent's watch sees (a peer's abort, a dead peer on the
+        node or across the network, in the parent or any of its steps), in this communicator's wire
+        numbering; None for a communicator the user made, or when none is seen within ``wait`` seconds."""
+        parent = self._parent
+        if parent is None:
+            return None
+        end = time.monotonic() + wait
+        while True:
+            exc = failures.watch(parent)
+            if exc is not None:
+                r = failures.culprit(exc)  # the user's numbering (watch's errors are)
+                return None if r is None else failures.wire_rank(self.parent_ranks, r)
+            if time.monotonic() >= end:
+                return None
+            time.sleep(1e-3)
+
+    def _check_device(self, what: str) -> None:
+        """The GPU-side failure an earlier call met, raised in the user's numbering: the engine reports in
+        this communicator's wire numbering, and a hier step's sub-call can meet it here, before its _run
+        (which renumbers what it raises)."""
+        try:
+            self._dev.check(what)
+        except HpcclError as exc:
+            raise to_user(self, exc) from None
+
     # ----- properties and life cycle ---------------------------------------------------------------
     @property
     def mpi_comm(self) -> Any:
@@ -254,7 +280,7 @@ class Communicator:
             raise HpcclInvalidUsage(f"{what} called on a destroyed communicator")
         if self._aborted:
             if self._dev is not None:
-                self._dev.check(what)  # the GPU-side failure that aborted it, with its names
+                self._check_device(what)  # the GPU-side failure that aborted it, with its names
             raise HpcclInvalidUsage(f"{what} called on an aborted communicator (an earlier call failed)")
 
     def _rank_arg(self, value: int, name: str) -> int:
@@ -267,7 +293,7 @@ class Communicator:
         if type(obj) is np.ndarray or memory_kind(obj) == HOST:
             return host
         dev = self._device()
-        dev.check(what)
+        self._check_device(what)
         return dev.mem
 
     def _device(self) -> Any:

@@ -270,6 +270,10 @@ class CudaComm:
             # a network step of this rank (ERR_NET) or of a local peer (ERR_PEER + k) failed before this
             # rank's kernels: name the rank whose failure the abort that follows it carries
             origin = self._heard_origin(None if code == ERR_NET else code - ERR_PEER)
+            if origin is None and code == ERR_NET:
+                # met before this rank's host looked at its network step (a hier step enqueued after it,
+                # whose enqueue checks this word): the parent's watch sees why that step failed
+                origin = self.comm._seen_failure(0.5)
         try:
             self.comm.abort(origin)
         except Exception:  # noqa: BLE001
