@@ -310,6 +310,30 @@ def test_a_hier_steps_gpu_failure_met_before_its_call_is_named_in_the_users_numb
     assert Communicator._seen_failure(types.SimpleNamespace(_parent=None), 1.0) is None
 
 
+def test_a_hier_step_ended_by_an_abort_names_the_rank_the_abort_passes_on():
+    """A hier network step ended by an abort whose origin its engine was not told (E_ABORT, no rank: a peer's
+    abort passing on a rank outside that sub-communicator) is raised naming the rank the user's
+    communicator hears of, even when that word arrives a moment after the step ended (the stopped-rank
+    case at 2 x 2 on GPU buffers); with nothing heard it stays the engine's error. Host-only, stand-ins."""
+    import types
+    from hpccl.errors import HpcclRemoteError
+    from hpccl.runtime.failures import in_call
+    from hpccl.transport import engine
+
+    exc = engine.engine_error((engine._ne.E_ABORT, -1, "the communicator was aborted"))
+    assert exc.aborted
+    exc.in_call = ("reduce_scatter", 8, "step 2 (inter reduce_scatter)")
+    words = iter([None] * 20 + [2])
+    heard = types.SimpleNamespace(peer_aborted=lambda: next(words, 2))
+    comm = types.SimpleNamespace(_transports=[heard], _parent=None, _numbering=object(), parent_ranks=None, rank=1)
+    out = in_call(exc, comm)
+    assert isinstance(out, HpcclRemoteError) and out.rank == 2, out
+    assert "reduce_scatter #8" in str(out) and "in its hierarchical step 2" in str(out), out
+    quiet = types.SimpleNamespace(_transports=[types.SimpleNamespace(peer_aborted=lambda: None)], _parent=None,
+                                  _numbering=object(), parent_ranks=None, rank=1)
+    assert in_call(exc, quiet) is exc
+
+
 # ----- hier layouts (several nodes, several ranks each): a dead or stopped rank, every position -----------
 # HPCCL_TEST_HIER_BUF=cupy runs the same cases on GPU buffers (tests/scripts/hier_die.py, BUF=cupy; the GPU
 # machine's variant, never set in CI)

@@ -341,7 +341,13 @@ def in_call(exc: HpcclError, comm: Any = None) -> HpcclError:
         return _same_numbering(exc, HpcclTimeoutError(coll, seq, missing, _timeout(exc), where))
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None:
         return _same_numbering(exc, _in_user_call(exc, coll, seq, where))
-    r = peer_aborted(comm) if comm is not None else None
+    r = None
+    if comm is not None:
+        # a step ended by an abort: the peer that aborted tells the user's communicator's control channel
+        # who failed, which may arrive a moment after its abort reached this step's engine
+        end = time.monotonic() + (1.0 if getattr(exc, "aborted", False) else 0.0)
+        while (r := peer_aborted(comm)) is None and time.monotonic() < end:
+            time.sleep(1e-3)
     if r is not None and r != comm.rank:
         # the step was ended by an abort whose origin lies outside its sub-communicator (its engine keeps
         # only its own ranks): the user's communicator heard who failed

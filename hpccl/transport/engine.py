@@ -62,7 +62,9 @@ def engine_error(args: Tuple[int, int, str], what: str = "") -> HpcclError:
         return HpcclInvalidUsage(text)
     if kind == "peer" or (kind == "abort" and peer >= 0):
         return HpcclRemoteError(text, rank=peer if peer >= 0 else None)
-    return HpcclSystemError(text)
+    exc = HpcclSystemError(text)
+    exc.aborted = kind == "abort"  # by an abort whose origin this engine was not told (failures.in_call)
+    return exc
 
 
 # A waiter's first HPCCL_SPIN polls come before its first look at the clock (progress.Waiter.wait); each
