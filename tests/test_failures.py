@@ -356,7 +356,11 @@ def _hier_run(tmp_path, n: int, victim: int, mode: str, timeout: float):
                 if q.poll() is None:
                     q.kill()
             outs.append(p.communicate()[0] + "\n(killed by the test: it hung)")
-    at = float((tmp_path / "victim_at").read_text())
+    mark = tmp_path / "victim_at"
+    assert mark.exists(), ("the victim never reached its kill point (a rank failed before it); every rank's output:\n"
+                           + "\n".join(f"--- rank {r} (exit {p.returncode}):\n{o[-3000:]}"
+                                        for r, (p, o) in enumerate(zip(procs, outs))))
+    at = float(mark.read_text())
     rows = {row["rank"]: row for r, out in enumerate(outs) if r != victim for row in results(out)}
     return rows, procs[victim].returncode, at, outs, [p.returncode for p in procs]
 
