@@ -160,15 +160,9 @@ class Communicator:
         parent = self._parent
         if parent is None:
             return None
-        end = time.monotonic() + wait
-        while True:
-            exc = failures.watch(parent)
-            if exc is not None:
-                r = failures.culprit(exc)  # the user's numbering (watch's errors are)
-                return None if r is None else failures.wire_rank(self.parent_ranks, r)
-            if time.monotonic() >= end:
-                return None
-            time.sleep(1e-3)
+        exc = failures.first_within(wait, lambda: failures.watch(parent))
+        r = None if exc is None else failures.culprit(exc)  # the user's numbering (watch's errors are)
+        return None if r is None else failures.wire_rank(self.parent_ranks, r)
 
     def _check_device(self, what: str) -> None:
         """The GPU-side failure an earlier call met, raised in the user's numbering: the engine reports in

@@ -29,6 +29,7 @@ from ..kernels import (DTYPE_IDS, ERR_ABORT, ERR_DEAD, ERR_MISMATCH, ERR_NET, ER
 from .gpu_sync import Bound, Builder, Program, Watchdog, Words
 from ..memory.cuda import CallKeys, DeviceMemory, device_view, stream_handle
 from ..ops import ReduceOp
+from ..runtime.failures import first_within
 from ..transport.cuda_ipc import PeerMemory
 from ..transport.cuda_register import Registry
 
@@ -313,12 +314,8 @@ class CudaComm:
         """The rank the abort that follows a failed network step names: for a local peer's step (``peer``)
         waited for a moment (that rank aborts right after its engine set its word), else ``peer`` itself;
         for this rank's own step only what has been heard already (its own host aborts after this)."""
-        end = time.monotonic() + (1.0 if peer is not None else 0.0)
-        while True:
-            r = self.comm._peer_aborted()
-            if r is not None or time.monotonic() >= end:
-                return r if r is not None else peer
-            time.sleep(1e-3)
+        r = first_within(1.0 if peer is not None else 0.0, self.comm._peer_aborted)
+        return r if r is not None else peer
 
     def stuck_ranks(self) -> Tuple[List[int], str]:
         """Who a timed-out GPU call waited for, read from the node's shared memory: ranks that never launched

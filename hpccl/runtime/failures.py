@@ -72,6 +72,15 @@ def local_peer_aborted(comm: Any) -> Optional[int]:
     return _ask_local(comm, lambda t: t.peer_aborted(), lambda r, wire: wire(r))
 
 
+def first_within(wait: float, look: Callable[[], Any]) -> Any:
+    """look()'s first answer that is not None, looking every millisecond for up to ``wait`` seconds (at
+    least once); None when there was none: a word a peer's abort sends may arrive a moment after its effect."""
+    end = time.monotonic() + wait
+    while (got := look()) is None and time.monotonic() < end:
+        time.sleep(1e-3)
+    return got
+
+
 def await_steps(comm: Any, pending: Callable[[], bool], check: Optional[Callable[[], Optional[HpcclError]]] = None,
                 every: float = 0.02) -> Optional[HpcclError]:
     """Wait while ``pending()`` (GPU network steps handed to an engine not ended), looking every ``every``
@@ -345,9 +354,7 @@ def in_call(exc: HpcclError, comm: Any = None) -> HpcclError:
     if comm is not None:
         # a step ended by an abort: the peer that aborted tells the user's communicator's control channel
         # who failed, which may arrive a moment after its abort reached this step's engine
-        end = time.monotonic() + (1.0 if getattr(exc, "aborted", False) else 0.0)
-        while (r := peer_aborted(comm)) is None and time.monotonic() < end:
-            time.sleep(1e-3)
+        r = first_within(1.0 if getattr(exc, "aborted", False) else 0.0, lambda: peer_aborted(comm))
     if r is not None and r != comm.rank:
         # the step was ended by an abort whose origin lies outside its sub-communicator (its engine keeps
         # only its own ranks): the user's communicator heard who failed
