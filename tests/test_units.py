@@ -220,3 +220,40 @@ def test_device_buffers_name_bfloat16_from_torch_and_the_array_interface(monkeyp
     monkeypatch.setattr(cuda, "_pointer_device", lambda ptr: 0)  # cupy's pointer query, absent here
     assert cuda.device_view(cai, "x").dtname == "bfloat16"
     assert cuda.DeviceMemory.dtype(np.zeros(2, np.uint16)) == DTYPES["bfloat16"]
+
+
+def test_cupy_streams_are_made_without_the_deprecated_external_stream(monkeypatch):
+    """CuPy's stream over a caller's handle is made with Stream.from_external where CuPy has it (its
+    ExternalStream warns at every use from CuPy 14), with ExternalStream on older CuPy; a stream of the CUDA
+    stream protocol (``__cuda_stream__``) is taken as a handle, a malformed one refused naming the argument.
+    Stand-in cupy modules, no GPU."""
+    import sys
+    import types
+
+    from hpccl.memory import cuda
+
+    made = []
+
+    class Stream:
+        @classmethod
+        def from_external(cls, obj):
+            made.append(("from_external", obj.__cuda_stream__()))
+            return cls()
+
+    def external(ptr):
+        made.append(("ExternalStream", ptr))
+        return Stream()
+
+    new = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream, ExternalStream=external))
+    old = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=type("Stream", (), {}), ExternalStream=external))
+    monkeypatch.setitem(sys.modules, "cupy", new)
+    assert isinstance(cuda.cupy_stream(0x5000), Stream)
+    monkeypatch.setitem(sys.modules, "cupy", old)
+    cuda.cupy_stream(0x6000)
+    assert made == [("from_external", (0, 0x5000)), ("ExternalStream", 0x6000)]
+
+    proto = type("CoreStream", (), {"__cuda_stream__": lambda self: (0, 0x7000)})()
+    assert cuda.stream_handle(proto, None) == 0x7000
+    bad = type("BadStream", (), {"__cuda_stream__": lambda self: (1, 0x7000)})()
+    with pytest.raises(HpcclInvalidArgument, match="stream"):
+        cuda.stream_handle(bad, None)

@@ -81,7 +81,8 @@ def stream_context(device: int, stream: int) -> Any:
     avg's scaling) is ordered with the kernels on that stream."""
     import contextlib
     import cupy
+    from ..memory.cuda import cupy_stream
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(device))
-    stack.enter_context(cupy.cuda.ExternalStream(stream))
+    stack.enter_context(cupy_stream(stream))  # made after the device is entered: its device is the current one
     return stack

@@ -108,9 +108,31 @@ def _pointer_device(ptr: int) -> int:
         return cupy.cuda.runtime.getDevice()
 
 
+class _RawStream:
+    """A bare cudaStream_t handle in the CUDA stream protocol (``__cuda_stream__``: version 0, the handle)."""
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> Tuple[int, int]:
+        return (0, self.ptr)
+
+
+def cupy_stream(stream: int) -> Any:
+    """A CuPy Stream over the handle ``stream`` (not owned), made on the current device: Stream.from_external
+    where CuPy has it (ExternalStream is deprecated from CuPy 14 and warns at every use), ExternalStream before."""
+    import cupy
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_RawStream(stream))
+    return cupy.cuda.ExternalStream(stream)
+
+
 def stream_handle(stream: Any, buf: Optional[DevBuf]) -> int:
-    """cudaStream_t as an int: from a CuPy Stream, a torch.cuda.Stream, an int, or None (the current
-    stream of the buffer's library: torch.cuda.current_stream() for tensors, else CuPy's)."""
+    """cudaStream_t as an int: from a CuPy Stream, a torch.cuda.Stream, any object of the CUDA stream protocol
+    (``__cuda_stream__``, as cuda.core's streams), an int, or None (the current stream of the buffer's
+    library: torch.cuda.current_stream() for tensors, else CuPy's)."""
     if stream is None:
         if buf is not None and buf.lib == "torch":
             import torch
@@ -125,6 +147,14 @@ def stream_handle(stream: Any, buf: Optional[DevBuf]) -> int:
     cs = getattr(stream, "cuda_stream", None)
     if cs is not None:
         return int(cs)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        got = proto()
+        if (not isinstance(got, tuple) or len(got) != 2 or got[0] != 0
+                or not all(isinstance(v, int) for v in got)):
+            raise HpcclInvalidArgument("stream", f"{type(stream).__name__}.__cuda_stream__() returned {got!r}, "
+                                                 "not (0, handle)")
+        return got[1]
     raise HpcclInvalidArgument("stream", f"{type(stream).__name__} is not a CUDA stream (CuPy Stream, "
                                          "torch.cuda.Stream or an int handle)")
 
@@ -263,7 +293,7 @@ class DeviceMemory:
         import cupy
         if self.rec is not None:
             self.rec.refuse("an input copied aside")
-        with cupy.cuda.Device(self.device), cupy.cuda.ExternalStream(stream):
+        with cupy.cuda.Device(self.device), cupy_stream(stream):
             return a.copy()
 
     # -- the operations algorithms use -------------------------------------------------------------------
