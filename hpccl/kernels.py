@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from . import config
-from .errors import HpcclSystemError, HpcclUnsupported
+from .errors import HpcclInvalidArgument, HpcclSystemError, HpcclUnsupported
 
 MAX_RANKS = 8
 MAX_BLOCKS = 64
@@ -138,6 +138,18 @@ class Kernels:
                     raise HpcclSystemError(f"compiling hpccl's CUDA kernels failed: {exc}") from None
             self._mods[dt] = mod
         return mod
+
+    def load(self, dtypes: Sequence[str] = ()) -> None:
+        """Compile (NVRTC, cached on disk) and load now the dtype-free module and those of ``dtypes`` (names as
+        in hpccl.DTYPES). Otherwise each is made at its first use, inside a call: on a cold cache that takes
+        seconds while the peers' HPCCL_TIMEOUT runs (docs/RELIABILITY.md "Timeouts")."""
+        ids = []
+        for d in dtypes:
+            if d not in DTYPE_IDS:
+                raise HpcclInvalidArgument("dtypes", f"{d!r} is not one of {', '.join(DTYPE_IDS)}")
+            ids.append(DTYPE_IDS[d])
+        for dt in [None] + ids:
+            self._module(dt)
 
     def func(self, name: str, dt: Optional[int] = None) -> int:
         """CUfunction handle (as an int) of a kernel; name like 'hp_copy_push' or 'hp_reduce_push<8, 0>'."""

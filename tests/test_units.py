@@ -257,3 +257,20 @@ def test_cupy_streams_are_made_without_the_deprecated_external_stream(monkeypatc
     bad = type("BadStream", (), {"__cuda_stream__": lambda self: (1, 0x7000)})()
     with pytest.raises(HpcclInvalidArgument, match="stream"):
         cuda.stream_handle(bad, None)
+
+
+def test_kernels_load_makes_the_named_dtypes_modules_now(monkeypatch):
+    """Kernels.load compiles the dtype-free module and each named dtype's (so a job with a short HPCCL_TIMEOUT
+    pays NVRTC before its first call) and refuses a name that is not a dtype, naming the argument, before it
+    compiles anything. The compile itself is a stand-in (no GPU here)."""
+    from hpccl.kernels import DTYPE_IDS, Kernels
+
+    k = Kernels(0)
+    made = []
+    monkeypatch.setattr(k, "_module", made.append)
+    k.load(("float32", "int64"))
+    assert made == [None, DTYPE_IDS["float32"], DTYPE_IDS["int64"]]
+    made.clear()
+    with pytest.raises(HpcclInvalidArgument, match="dtypes.*complex64"):
+        k.load(("float32", "complex64"))
+    assert made == []

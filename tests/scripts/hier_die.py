@@ -6,8 +6,8 @@ tears the survivors down.
 
 VICTIM: the rank that dies or stops (default: the last). MODE: kill (default) or stop. MIX: 1 runs a mix of
 the hierarchical collectives (all_reduce, all_gather, reduce_scatter, broadcast, reduce), 0 all_reduce only.
-BUF: numpy (default: host buffers) or cupy (GPU buffers, one GPU per rank by local rank; the GPU machine's
-variant of the same test, not run in CI). Each rank writes ready<r> after its first call; the victim
+BUF: numpy (default: host buffers) or cupy (GPU buffers, one GPU per rank by local rank, the loop's kernels
+loaded before the communicator is made; the GPU machine's variant of the same test, not run in CI). Each rank writes ready<r> after its first call; the victim
 kills or stops itself once every rank is ready and it has made KILL_AFTER more calls. A stopped victim
 is resumed by the lowest survivor after it has reported, then runs on alone until its peers' aborts
 reach it (or its own timeout) and exits."""
@@ -32,7 +32,12 @@ after = int(os.environ.get("KILL_AFTER", "5"))
 gpu = os.environ.get("BUF", "numpy") == "cupy"
 if gpu:
     import cupy as xp
-    xp.cuda.Device(r % 2 % max(1, xp.cuda.runtime.getDeviceCount())).use()
+    from hpccl.kernels import Kernels
+    dev = r % 2 % max(1, xp.cuda.runtime.getDeviceCount())
+    xp.cuda.Device(dev).use()
+    # the CUDA context and the loop's kernels made before the first call: a cold start (a fresh MPS server,
+    # NVRTC with an empty cache) takes seconds, more than the stop case's HPCCL_TIMEOUT of 2 s between ranks
+    Kernels.for_device(dev).load(("float32", "float64", "int32", "int64"))
 else:
     xp = np
 
