@@ -3,13 +3,17 @@ compiled path for small calls) and the MPI library, side by side in one run (rou
 interleaved, every result checked; each library's output buffer is made once per size and refilled before
 every call, as a reused buffer's pages are resident). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
 
-    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--paths engine,engine-py] [--json out.json]
+    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--paths engine,engine-py] [--bind core]
+                              [--json out.json]
 
 Inside (under mpiexec on those hosts) it is started with --ranks. Each round times --iters calls back to
 back below 1 MiB (one call from 1 MiB), after a barrier, and takes the slowest rank's time per call. Prints,
 per collective and size, the median over rounds of each and the ratios to MPI. --paths picks hpccl's paths
 (default: the engine as a user gets it); each is a communicator with its own engine thread, so on a small
-host a second one competes with the first and with MPI for the cores."""
+host a second one competes with the first and with MPI for the cores. --bind core has mpiexec bind each rank
+(every thread of it: the caller and hpccl's engine thread alike, and MPI's) to a core of its own, as an HPC
+launcher does (mpiexec/srun --bind-to core, --cpu-bind=cores); the hosts share this machine's cores, so
+unbound, two ranks' four threads are placed anew in every run (docs/PERFORMANCE.md)."""
 from __future__ import annotations
 
 import argparse
@@ -52,6 +56,9 @@ def ranks(args: argparse.Namespace) -> int:
     import hpccl
     world = MPI.COMM_WORLD
     n = world.size
+    cores = world.gather(sorted(os.sched_getaffinity(0)))  # each rank's cores (--bind core: one each)
+    if world.rank == 0:
+        print(f"cores per rank: {cores}", flush=True)
     comms = {}
     names = tuple(args.paths.split(","))
     for name in names:
@@ -99,7 +106,8 @@ def ranks(args: argparse.Namespace) -> int:
                       + f"  MPI {r['mpi_s'] * 1e6:>7.0f}us" + "".join(f"  {k}/MPI {r[k + '_s'] / r['mpi_s']:5.2f}"
                                                                    for k in names), flush=True)
     if world.rank == 0 and args.json:
-        Path(args.json).write_text(json.dumps({"ranks": n, "paths": list(names), "rows": rows}, indent=1))
+        Path(args.json).write_text(json.dumps({"ranks": n, "paths": list(names), "cores": cores, "rows": rows},
+                                              indent=1))
     for c in comms.values():
         c.destroy()
     return 0
@@ -111,7 +119,7 @@ def launcher(args: argparse.Namespace) -> int:
     return bench_on_hosts(__file__, args.hosts, ["--reps", str(args.reps), "--iters", str(args.iters), "--paths",
                                                  args.paths, "--colls", args.colls, "--sizes", args.sizes]
                           + (["--json", args.json] if args.json else []), env={"HPCCL_CHECK_ENV": "0"},
-                          timeout=1500)
+                          timeout=1500, launch=["--bind-to", "core"] if args.bind == "core" else [])
 
 
 def main() -> int:
@@ -124,6 +132,8 @@ def main() -> int:
     ap.add_argument("--colls", default=",".join(COLLS))
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="message sizes in bytes, comma-separated")
     ap.add_argument("--paths", default="engine", help=f"hpccl's paths, comma-separated, of {', '.join(PATHS)}")
+    ap.add_argument("--bind", choices=("none", "core"), default="none",
+                    help="core: mpiexec --bind-to core (a core per rank); none: the scheduler places the threads")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
     bad = [p for p in a.paths.split(",") if p not in PATHS]

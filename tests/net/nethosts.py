@@ -156,24 +156,25 @@ def host_env(hosts: Hosts, per_host: int, env: Optional[Dict[str, str]] = None,
 
 def run_on_hosts(hosts: Hosts, nranks: int, per_host: int, args: List[str],
                  env: Optional[Dict[str, str]] = None, timeout: float = 600,
-                 unset: Sequence[str] = ()) -> subprocess.CompletedProcess:
+                 unset: Sequence[str] = (), launch: Sequence[str] = ()) -> subprocess.CompletedProcess:
     """``python args...`` on nranks ranks, per_host consecutive ranks in each host namespace (environment:
-    host_env)."""
+    host_env); ``launch``: more mpiexec options (e.g. --bind-to core)."""
     e = host_env(hosts, per_host, env, unset)
-    cmd = mpiexec() + ["-n", str(nranks), str(WRAP), sys.executable] + args
+    cmd = mpiexec() + list(launch) + ["-n", str(nranks), str(WRAP), sys.executable] + args
     return subprocess.run(cmd, cwd=ROOT, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
 
 
 def bench_on_hosts(script: str, nhosts: int, args: List[str], env: Optional[Dict[str, str]] = None,
-                   timeout: float = 1200) -> int:
+                   timeout: float = 1200, launch: Sequence[str] = ()) -> int:
     """A benchmark script run again as one rank per host on ``nhosts`` fresh hosts (with ``--ranks`` and
-    ``args``), MPICH kept off shared memory (MPIR_CVAR_NOLOCAL=1); its output printed, its exit code back."""
+    ``args``, ``launch`` given to mpiexec), MPICH kept off shared memory (MPIR_CVAR_NOLOCAL=1); its output
+    printed, its exit code back."""
     ensure_iproute2()
     h = Hosts(nhosts).create()
     try:
         p = run_on_hosts(h, nhosts, 1, [str(Path(script).resolve()), "--ranks"] + args,
-                         env={"MPIR_CVAR_NOLOCAL": "1", **(env or {})}, timeout=timeout)
+                         env={"MPIR_CVAR_NOLOCAL": "1", **(env or {})}, timeout=timeout, launch=launch)
         print(p.stdout, flush=True)
         return p.returncode
     finally:
