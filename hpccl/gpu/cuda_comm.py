@@ -27,7 +27,7 @@ from ..kernels import (DTYPE_IDS, ERR_ABORT, ERR_DEAD, ERR_MISMATCH, ERR_NET, ER
                       MAX_P2P_OPS, MAX_RANKS, OP_IDS,
                       CommArgs, Driver, FastState, Kernels, Launch, P2PArgs, RegArgs)
 from .gpu_sync import Bound, Builder, Program, Watchdog, Words
-from ..memory.cuda import CallKeys, DeviceMemory, device_view, stream_handle
+from ..memory.cuda import CallKeys, DeviceMemory
 from ..ops import ReduceOp
 from ..runtime.failures import first_within
 from ..transport.cuda_ipc import PeerMemory
