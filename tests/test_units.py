@@ -258,6 +258,24 @@ def test_cupy_streams_are_made_without_the_deprecated_external_stream(monkeypatc
     with pytest.raises(HpcclInvalidArgument, match="stream"):
         cuda.stream_handle(bad, None)
 
+    # a call's stream argument (DeviceMemory.stream): the protocol's handle, its GPU asked of the driver
+    from hpccl.kernels import Driver
+    on = {0x7000: 0, 0x8000: 1}
+    monkeypatch.setattr(Driver, "_inst", types.SimpleNamespace(capturing=lambda h: False,
+                                                               stream_device=lambda h: on[h]))
+    mem = object.__new__(cuda.DeviceMemory)
+    mem.device = 0
+    assert mem.stream(proto, None) == 0x7000
+    other = type("CoreStream", (), {"__cuda_stream__": lambda self: (0, 0x8000)})()
+    with pytest.raises(HpcclInvalidArgument, match="stream.*GPU 1"):
+        mem.stream(other, None)
+    with pytest.raises(HpcclInvalidArgument, match="stream"):
+        mem.stream(bad, None)
+    with pytest.raises(HpcclInvalidArgument, match="stream.*not a CUDA stream"):
+        mem.stream(object(), None)
+    cupy_like = types.SimpleNamespace(ptr=0x9000, device_id=0)  # a CuPy stream says its GPU: no driver call
+    assert mem.stream(cupy_like, None) == 0x9000
+
 
 def test_kernels_load_makes_the_named_dtypes_modules_now(monkeypatch):
     """Kernels.load compiles the dtype-free module and each named dtype's (so a job with a short HPCCL_TIMEOUT

@@ -129,10 +129,30 @@ def cupy_stream(stream: int) -> Any:
     return cupy.cuda.ExternalStream(stream)
 
 
+def stream_object(stream: Any) -> Tuple[int, Optional[int]]:
+    """(cudaStream_t as an int, its device or None where the object does not say) of a CuPy Stream, a
+    torch.cuda.Stream or any object of the CUDA stream protocol (``__cuda_stream__``, as cuda.core's streams)."""
+    ptr = getattr(stream, "ptr", None)
+    if ptr is not None:  # CuPy
+        return int(ptr), getattr(stream, "device_id", None)
+    cs = getattr(stream, "cuda_stream", None)
+    if cs is not None:  # torch
+        return int(cs), getattr(getattr(stream, "device", None), "index", None)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        got = proto()
+        if (not isinstance(got, tuple) or len(got) != 2 or got[0] != 0
+                or not all(type(v) is int for v in got)):
+            raise HpcclInvalidArgument("stream", f"{type(stream).__name__}.__cuda_stream__() returned {got!r}, "
+                                                 "not (0, handle)")
+        return got[1], None
+    raise HpcclInvalidArgument("stream", f"{type(stream).__name__} is not a CUDA stream (CuPy or torch stream, "
+                                         "an object with __cuda_stream__, or an int handle)")
+
+
 def stream_handle(stream: Any, buf: Optional[DevBuf]) -> int:
-    """cudaStream_t as an int: from a CuPy Stream, a torch.cuda.Stream, any object of the CUDA stream protocol
-    (``__cuda_stream__``, as cuda.core's streams), an int, or None (the current stream of the buffer's
-    library: torch.cuda.current_stream() for tensors, else CuPy's)."""
+    """cudaStream_t as an int: from an int, a stream object (stream_object), or None (the current stream of
+    the buffer's library: torch.cuda.current_stream() for tensors, else CuPy's)."""
     if stream is None:
         if buf is not None and buf.lib == "torch":
             import torch
@@ -141,22 +161,7 @@ def stream_handle(stream: Any, buf: Optional[DevBuf]) -> int:
         return int(cupy.cuda.get_current_stream().ptr)
     if isinstance(stream, int):
         return stream
-    ptr = getattr(stream, "ptr", None)
-    if ptr is not None:
-        return int(ptr)
-    cs = getattr(stream, "cuda_stream", None)
-    if cs is not None:
-        return int(cs)
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        got = proto()
-        if (not isinstance(got, tuple) or len(got) != 2 or got[0] != 0
-                or not all(isinstance(v, int) for v in got)):
-            raise HpcclInvalidArgument("stream", f"{type(stream).__name__}.__cuda_stream__() returned {got!r}, "
-                                                 "not (0, handle)")
-        return got[1]
-    raise HpcclInvalidArgument("stream", f"{type(stream).__name__} is not a CUDA stream (CuPy Stream, "
-                                         "torch.cuda.Stream or an int handle)")
+    return stream_object(stream)[0]
 
 
 class DeviceAlloc:
@@ -266,23 +271,16 @@ class DeviceMemory:
                 return int(torch.cuda.current_stream(self.device).cuda_stream)
             import cupy
             return int(cupy.cuda.get_current_stream().ptr)
-        dev: Optional[int] = None
         if isinstance(stream, int) and not isinstance(stream, bool):
-            h = stream
+            h, dev = stream, None
+        else:
+            h, dev = stream_object(stream)
+        if dev is None:  # an int handle, or an object that does not say: ask the driver
             from ..kernels import Driver
             drv = Driver.get()
             # cuStreamGetDevice invalidates a capture in progress on that stream: a capturing stream is
             # checked by the launch itself (a stream of another GPU's context fails it)
             dev = None if drv.capturing(h) else drv.stream_device(h)
-        elif getattr(stream, "ptr", None) is not None:  # CuPy
-            h, dev = int(stream.ptr), getattr(stream, "device_id", None)
-        elif getattr(stream, "cuda_stream", None) is not None:  # torch
-            h = int(stream.cuda_stream)
-            d = getattr(stream, "device", None)
-            dev = getattr(d, "index", None)
-        else:
-            raise HpcclInvalidArgument("stream", f"{type(stream).__name__} is not a CUDA stream (CuPy Stream, "
-                                                 "torch.cuda.Stream or an int handle)")
         if dev is not None and dev >= 0 and dev != self.device:
             raise HpcclInvalidArgument("stream", f"stream belongs to GPU {dev}, but this rank's communicator "
                                                  f"uses GPU {self.device}")

@@ -514,6 +514,33 @@ def test_stream_order_no_host_sync(world):
     assert int(bad[0]) == 0
 
 
+def test_stream_protocol_object_and_no_external_stream_warning(world):
+    """stream= takes an object of the CUDA stream protocol (``__cuda_stream__``): avg all_reduces (their
+    scaling is CuPy work put on the caller's stream) and an all_gather on a side stream, results checked after
+    that stream is synchronized; no "ExternalStream is deprecated" warning is raised on the way."""
+    import warnings
+    import cupy
+    comm, dev = world
+    n = comm.size
+    s = cupy.cuda.Stream(non_blocking=True)
+    proto = type("CoreStream", (), {"__cuda_stream__": lambda self: (0, s.ptr)})()
+    xs = [cupy.full(c, float(comm.rank + 1), dtype=cupy.float32) for c in (5, 4099, 1 << 18)]
+    g = cupy.full(7, comm.rank, dtype=cupy.int32)
+    cupy.cuda.get_current_stream().synchronize()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for x in xs:
+            comm.all_reduce(x, op="avg", stream=proto)
+        out = comm.all_gather(g, stream=proto)
+    s.synchronize()
+    comm.synchronize()
+    assert not [w for w in seen if "ExternalStream" in str(w.message)], [str(w.message) for w in seen]
+    want = (n + 1) / 2
+    for x in xs:
+        assert float(x.min()) == want and float(x.max()) == want, (x.size, float(x.min()), want)
+    assert [int(v) for v in out.reshape(n, 7)[:, 0].get()] == list(range(n))
+
+
 def test_back_to_back_stress(world):
     """Many collectives without a host sync in between; one check at the end."""
     import cupy
