@@ -142,7 +142,7 @@ class Kernels:
     def load(self, dtypes: Sequence[str] = ()) -> None:
         """Compile (NVRTC, cached on disk) and load now the dtype-free module and those of ``dtypes`` (names as
         in hpccl.DTYPES). Otherwise each is made at its first use, inside a call: on a cold cache that takes
-        seconds while the peers' HPCCL_TIMEOUT runs (docs/RELIABILITY.md "Timeouts")."""
+        seconds while the peers' HPCCL_TIMEOUT runs (docs/RELIABILITY.md, "A peer is late or stopped")."""
         ids = []
         for d in dtypes:
             if d not in DTYPE_IDS:
