@@ -7,10 +7,10 @@ tears the survivors down.
 VICTIM: the rank that dies or stops (default: the last). MODE: kill (default) or stop. MIX: 1 runs a mix of
 the hierarchical collectives (all_reduce, all_gather, reduce_scatter, broadcast, reduce), 0 all_reduce only.
 BUF: numpy (default: host buffers) or cupy (GPU buffers, one GPU per rank by local rank, the loop's kernels
-loaded before the communicator is made; the GPU machine's variant of the same test, not run in CI). Each rank writes ready<r> after its first call; the victim
-kills or stops itself once every rank is ready and it has made KILL_AFTER more calls. A stopped victim
-is resumed by the lowest survivor after it has reported, then runs on alone until its peers' aborts
-reach it (or its own timeout) and exits."""
+loaded before the communicator is made; the GPU machine's variant of the same test, not run in CI). Each rank
+writes ready<r> after its first call; the victim kills or stops itself once every rank is ready and it has
+made KILL_AFTER more calls. A stopped victim is resumed by the lowest survivor after it has reported, then
+runs on alone until its peers' aborts reach it (or its own timeout) and exits."""
 import json
 import os
 import signal
