@@ -2,7 +2,8 @@
 UCX headers, the install still succeeds and hpccl-info says which slower path is in use):
 
 * hpccl._hotpath: small host collectives within a node (its core in plain C, hpccl/csrc/_hotcore.c; its
-  Python type, hpccl/csrc/_hotpath.c);
+  Python type, hpccl/csrc/_hotpath.c), and the C front door of host calls to either hot path
+  (hpccl/csrc/_frontdoor.c);
 * hpccl._netengine: the network engine (UCX's UCP driven by a thread that never takes the GIL; its core in
   plain C, hpccl/csrc/_netcore.c and hpccl/csrc/_netcalls.c), its Python types (hpccl/csrc/_netengine.c),
   the C replay of recorded GPU calls (hpccl/csrc/_netreplay.c) and their front door (hpccl/csrc/_netdoor.c),
@@ -46,7 +47,7 @@ def _ucx():
 
 # each extension's sources: its Python types, then its core in plain C (tests/test_sanitizers.py builds the
 # same lists)
-HOT_SOURCES = ["hpccl/csrc/_hotpath.c", "hpccl/csrc/_hotcore.c"]
+HOT_SOURCES = ["hpccl/csrc/_hotpath.c", "hpccl/csrc/_frontdoor.c", "hpccl/csrc/_hotcore.c"]
 NET_SOURCES = ["hpccl/csrc/_netengine.c", "hpccl/csrc/_netreplay.c", "hpccl/csrc/_netdoor.c", "hpccl/csrc/_nethot.c",
                "hpccl/csrc/_netcore.c", "hpccl/csrc/_netcalls.c", "hpccl/csrc/_netwatch.c"]
 exts = [Extension("hpccl._hotpath", HOT_SOURCES,

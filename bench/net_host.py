@@ -3,14 +3,15 @@ compiled path for small calls) and the MPI library, side by side in one run (rou
 interleaved, every result checked; each library's output buffer is made once per size and refilled before
 every call, as a reused buffer's pages are resident). Run it across network-namespace hosts (tests/net/nethosts.py), one rank per host, UCX and MPI over TCP:
 
-    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--paths engine,engine-py] [--bind core]
+    python3 bench/net_host.py --hosts 2 [--reps 9] [--iters 20] [--paths engine,engine-method,engine-py] [--bind core]
                               [--json out.json]
 
 Inside (under mpiexec on those hosts) it is started with --ranks. Each round times --iters calls back to
 back below 1 MiB (one call from 1 MiB), after a barrier, and takes the slowest rank's time per call. Prints,
 per collective and size, the median over rounds of each and the ratios to MPI. --paths picks hpccl's paths
 (default: the engine as a user gets it); each is a communicator with its own engine thread, so on a small
-host a second one competes with the first and with MPI for the cores. --bind core has mpiexec bind each rank
+host a second one competes with the first and with MPI for the cores, except engine-method: the engine's
+communicator called through its Python methods instead of its C front doors. --bind core has mpiexec bind each rank
 (every thread of it: the caller and hpccl's engine thread alike, and MPI's) to a core of its own, as an HPC
 launcher does (mpiexec/srun --bind-to core, --cpu-bind=cores); the hosts share this machine's cores, so
 unbound, two ranks' four threads are placed anew in every run (docs/PERFORMANCE.md)."""
@@ -29,10 +30,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (8, 1 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 COLLS = ("all_reduce", "broadcast", "all_gather")
-#: hpccl's network paths: the engine with its compiled path for small calls (hpccl/csrc/_nethot.c, the default),
-#: and the engine with Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs
-#: (docs/PERFORMANCE.md) was removed in issue 34
-PATHS = ("engine", "engine-py")
+#: hpccl's network paths: the engine with its compiled path for small calls (hpccl/csrc/_nethot.c, the default,
+#: entered through the communicator's C front doors, hpccl/csrc/_frontdoor.c), the same communicator called
+#: through its Python methods (HPCCL_HOST_DOOR=0's way, with "engine": no second engine), and the engine with
+#: Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs (docs/PERFORMANCE.md) was
+#: removed in issue 34
+PATHS = ("engine", "engine-method", "engine-py")
 
 
 def _call(comms: dict, world, name: str, coll: str, x: np.ndarray, y: np.ndarray) -> None:
@@ -43,12 +46,19 @@ def _call(comms: dict, world, name: str, coll: str, x: np.ndarray, y: np.ndarray
             world.Bcast(y, root=0)
         else:
             world.Allgather(x, y)
-    elif coll == "all_reduce":
-        comms[name].all_reduce(x, y)
-    elif coll == "broadcast":
-        comms[name].broadcast(y, root=0)
     else:
-        comms[name].all_gather(x, y)
+        c = comms[name]
+        if name == "engine-method":  # the engine's communicator, through the Python methods (not its C doors)
+            c = comms["engine"]
+            f = getattr(type(c), coll).__get__(c)
+        else:
+            f = getattr(c, coll)
+        if coll == "all_reduce":
+            f(x, y)
+        elif coll == "broadcast":
+            f(y, root=0)
+        else:
+            f(x, y)
 
 
 def ranks(args: argparse.Namespace) -> int:
@@ -62,6 +72,9 @@ def ranks(args: argparse.Namespace) -> int:
     comms = {}
     names = tuple(args.paths.split(","))
     for name in names:
+        if name == "engine-method":
+            assert "engine" in names, "--paths engine-method needs engine (its communicator)"
+            continue
         os.environ["HPCCL_NET"] = name.split("-")[0]  # read when the communicator picks its network transport
         os.environ["HPCCL_NET_HOT_SIZE"] = "0" if name == "engine-py" else str(256 << 10)  # and its compiled path
         comms[name] = hpccl.Communicator(world.Dup())

@@ -87,6 +87,11 @@ _param("HPCCL_NET_HOT_SIZE", 256 << 10, _size,
        "Bytes per rank up to which all_reduce, reduce, broadcast, all_gather (and barrier) on host buffers "
        "take the compiled path across nodes (hpccl/csrc/_nethot.c: the whole schedule in one C call over the "
        "network engine) when every rank is its own node; 0 turns it off.")
+_param("HPCCL_HOST_DOOR", 1, int,
+       "1 (the default): a communicator with a compiled hot path (HPCCL_HOT_SIZE on a node, HPCCL_NET_HOT_SIZE "
+       "across nodes) takes its host collectives on numpy arrays in one C call (hpccl/csrc/_frontdoor.c: the "
+       "Python method's front door, without its Python); 0: the Python method's front door. Same calls, same "
+       "results, less host time per call (docs/PERFORMANCE.md).")
 _param("HPCCL_NET_SLICE", 1 << 20, _size,
        "Bytes per slice of a GPU network step's messages (the staged engine path): each message is cut into "
        "slices whose device-to-host copy, wire and copy-out or reduction overlap along the stream; "

@@ -1,6 +1,7 @@
 /* hpccl._hotpath, the CPython face of the node's compiled hot path: the Hot type (argument parsing, the
    callers' buffers held for a call, the GIL let go around long moves, exceptions) over the plain C core
-   (_hotcore.h says what it does and how; _hotcore.c), and the GPU driver calls gpu_launch and gpu_program. */
+   (_hotcore.h says what it does and how; _hotcore.c), the GPU driver calls gpu_launch and gpu_program, and
+   the FrontDoor type (_frontdoor.c) that hands a communicator's host calls to either hot path. */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -10,6 +11,8 @@
 
 #include "_dtype.h"
 #include "_hotcore.h"
+
+extern PyTypeObject FrontDoorType;  /* _frontdoor.c */
 
 typedef struct {
   PyObject_HEAD
@@ -382,12 +385,18 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hotpath",
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__hotpath(void) {
-  if (PyType_Ready(&HotType) < 0) return NULL;
+  if (PyType_Ready(&HotType) < 0 || PyType_Ready(&FrontDoorType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (m == NULL) return NULL;
   Py_INCREF(&HotType);
   if (PyModule_AddObject(m, "Hot", (PyObject *)&HotType) < 0) {
     Py_DECREF(&HotType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&FrontDoorType);
+  if (PyModule_AddObject(m, "FrontDoor", (PyObject *)&FrontDoorType) < 0) {
+    Py_DECREF(&FrontDoorType);
     Py_DECREF(m);
     return NULL;
   }

@@ -193,6 +193,15 @@ int engine_probe(engine_t *e, int peer) {
   return found;
 }
 
+/* one round of the engine's work from this thread if the worker is free now (else nothing): what was just
+   submitted is posted at once, and a batch whose messages completed as they were posted has ended when
+   this returns, so its caller need not wait (nor let go of the GIL) */
+void engine_try_step(engine_t *e) {
+  if (pthread_mutex_trylock(&e->wlock) != 0) return;
+  if (!e->closed && e->started) engine_step(e);
+  pthread_mutex_unlock(&e->wlock);
+}
+
 /* wait until the batch has ended or ``seconds`` pass; 1 if ended (the binding calls it without the GIL) */
 int engine_wait(engine_t *e, batch_t *b, double seconds) {
   int ended = 0;

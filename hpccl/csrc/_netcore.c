@@ -672,6 +672,14 @@ static void sleep_for(engine_t *e, int timeout_ms, int events) {
 
 static void sleep_on(engine_t *e, int timeout_ms) { sleep_for(e, timeout_ms, 1); }
 
+/* every active batch has ended (its messages completed as they were posted, as a small eager send or a
+   receive of what had already arrived does) */
+static int all_finished(engine_t *e) {
+  for (int i = 0; i < e->nactive; i++)
+    if (!e->active[i]->finished) return 0;
+  return 1;
+}
+
 /* one round of the engine's work; the caller holds wlock (the engine thread, or a waiting caller) */
 int engine_step(engine_t *e) {
   int work = drain(e);
@@ -679,7 +687,9 @@ int engine_step(engine_t *e) {
   peer_failures(e);
   work += gated_sends(e);
   if (e->narmed) work += poll_armed(e);
-  work += (int)ucp_worker_progress(e->worker);
+  /* a round that posted only what completed at once ends without polling the network (a system call
+     on TCP): the batches are answered now, and the next round polls */
+  if (!work || !all_finished(e)) work += (int)ucp_worker_progress(e->worker);
   work += ctrl_progress(e);
   work += finalize(e);
   atomic_store(&e->nactive_pub, e->nactive);

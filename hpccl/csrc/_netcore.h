@@ -233,6 +233,7 @@ void engine_address_free(engine_t *e, ucp_address_t *addr);
 char *engine_info(engine_t *e, size_t *len);
 int engine_probe(engine_t *e, int peer);
 int engine_wait(engine_t *e, batch_t *b, double seconds);
+void engine_try_step(engine_t *e);
 int engine_batch_error(engine_t *e, batch_t *b, int *ecode, int *epeer, char err[256]);
 void engine_cancel(engine_t *e, batch_t *b);
 int engine_template_prepare(engine_t *e, batch_t *b, uint64_t done, uint64_t arm, double timeout,

@@ -178,7 +178,8 @@ static int nh_post(NetHot *h) {
     o->kind = m->kind, o->peer = m->peer, o->buf = m->buf, o->len = m->len;
     o->tag = eager_tag(e, m->kind, m->peer);
   }
-  submit_to(e, b, 1, 0);  /* nh_advance drives it from this thread at once */
+  submit_to(e, b, 1, 0);
+  engine_try_step(e);  /* posted now; a round that completes at once (a small send) has ended */
   h->b = b;
   return 0;
 }

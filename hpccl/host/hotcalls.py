@@ -6,11 +6,20 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+import numpy as np
+
 from . import hotpath
+from .. import config
 from ..errors import HpcclError, HpcclSystemError
+from ..memory.interop import HOST
+from ..ops import ReduceOp
 from ..runtime.failures import named, origin
 from .hotpath import OPCODE
-from ..memory.interop import HOST
+
+#: the collectives a C front door can take (barrier has no buffers: its method calls the hot path itself)
+DOOR_COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all")
+#: the ops in the hot paths' code order (OPCODE's), which the door compares by identity first
+OPS = tuple(sorted(ReduceOp, key=OPCODE.__getitem__))
 
 
 def attach(comm: Any, shm: Any, net: Any, spin: int) -> None:
@@ -28,6 +37,24 @@ def attach(comm: Any, shm: Any, net: Any, spin: int) -> None:
         # every call to pass through Python; the planner leaves out what HPCCL_ALGO pins elsewhere
         comm._planner.attach_hot(hot, hotpath.collectives(hot), not (
             comm._check_calls or comm._rec.dump_dir or comm._rec.trace is not None))
+        doors(comm, hotpath.collectives(hot))
+
+
+def doors(comm: Any, colls: tuple) -> None:
+    """Each collective the hot path serves gets a C front door (hpccl/csrc/_frontdoor.c) as an attribute of
+    the communicator, shadowing the method: the same front door without the Python (HPCCL_HOST_DOOR)."""
+    door = hotpath.front_door_type()
+    if door is None or not config.get("HPCCL_HOST_DOOR"):
+        return
+    for coll in colls:
+        if coll in DOOR_COLLECTIVES:
+            comm.__dict__[coll] = door(comm, coll, getattr(type(comm), coll), comm._front, comm.rank, np.ndarray,
+                                       OPS, OPCODE, ReduceOp, (HpcclError, OSError), door_failed, wait)
+
+
+def door_failed(comm: Any, exc: BaseException, coll: str) -> NoReturn:
+    """A C front door's call failed across nodes (comm._seq already counts it): named and aborting."""
+    failed(comm, error(exc), coll)
 
 
 def error(exc: BaseException) -> HpcclError:

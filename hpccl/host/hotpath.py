@@ -38,6 +38,11 @@ def available() -> bool:
     return _hotpath is not None
 
 
+def front_door_type() -> Optional[Any]:
+    """hpccl._hotpath.FrontDoor (the C front door of host calls to either hot path), or None when not built."""
+    return getattr(_hotpath, "FrontDoor", None)
+
+
 def attach(shm: Any, rank: int, spin: int, single_copy: bool = False) -> Optional[Any]:
     """A hot-path object over this communicator's shared-memory segments, or None when the extension is
     not built or HPCCL_HOT_SIZE is 0. ``single_copy``: every rank may read its peers' memory (agreed), so

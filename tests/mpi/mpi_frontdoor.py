@@ -1,12 +1,15 @@
-"""The compiled hot path's front door (Communicator._front_door: plain numpy arrays straight to
-hpccl/csrc/_hotpath.c, before any Python validation) implements the collectives' Spec (hpccl/core/frontend.py): a
-generated grid of arguments for each of the six collectives (dtypes, sizes around the hot path's limits,
-in place / out of place / allocated outputs, outputs of the wrong size, dtype, layout or writability,
-overlapping buffers, ops, roots) runs every combination twice on every rank, once through the front door
-and once with it bypassed (the communicator's front-door table emptied: every call is validated by the Spec
-first, and still runs on the hot path where that takes it), and the two outcomes must be the same: the same
-exception class and message, or the same kind of returned object (the recvbuf itself, sendbuf, None, a new
-array), bitwise the same outputs and inputs afterwards, the same call sequence number and comm.stats()
+"""The compiled hot path's front doors (plain numpy arrays straight to hpccl/csrc/_hotpath.c, before any
+Python validation) implement the collectives' Spec (hpccl/core/frontend.py). There are two: the C front door
+(hpccl/csrc/_frontdoor.c, an attribute of the communicator per collective that shadows the method: what
+comm.all_reduce(...) calls) and the Python method's own (Communicator._front_door: what it calls with
+HPCCL_HOST_DOOR=0, or called through the class). A generated grid of arguments for each of the six
+collectives (dtypes, sizes around the hot path's limits, in place / out of place / allocated outputs,
+outputs of the wrong size, dtype, layout or writability, overlapping buffers, ops, roots, arguments by
+position and by keyword) runs every combination three times on every rank: through the C door, through the
+Python method, and with both bypassed (the communicator's front-door table emptied: every call is validated
+by the Spec first, and still runs on the hot path where that takes it). The outcomes must be the same: the
+same exception class and message, or the same kind of returned object (the recvbuf itself, sendbuf, None, a
+new array), bitwise the same outputs and inputs afterwards, the same call sequence number and comm.stats()
 counts; a refused call writes nothing.
 
 Every rank builds the same grid and passes the same arguments (only its own block differs where a call is in
@@ -326,19 +329,26 @@ def build(case: Case, rank: int, n: int, values: Optional[np.ndarray] = None) ->
     return Built(sendbuf, recvbuf, keep)
 
 
-def call(comm: hpccl.Communicator, case: Case, b: Built) -> Any:
+#: how a case calls: through the communicator's attribute (the C front door where it is installed) or
+#: through the class (the Python method and its own front door)
+WAYS = ("door", "method")
+
+
+def call(comm: hpccl.Communicator, case: Case, b: Built, way: str = "door") -> Any:
     s, r = b.sendbuf, b.recvbuf
+    f = getattr(comm, case.coll) if way == "door" else getattr(type(comm), case.coll).__get__(comm)
+    kw = zlib.crc32(case.id.encode()) & 1  # half the cases name their arguments, the same on every rank
     if case.coll == "all_reduce":
-        return comm.all_reduce(s, r, op=case.op)
+        return f(s, r, op=case.op) if kw else f(s, r, case.op)
     if case.coll == "reduce":
-        return comm.reduce(s, r, root=case.root, op=case.op)
+        return f(s, r, root=case.root, op=case.op) if kw else f(s, r, case.root, case.op)
     if case.coll == "broadcast":
-        return comm.broadcast(s, case.root, recvbuf=r)
+        return f(s, case.root, recvbuf=r) if r is not None or kw else f(s, root=case.root)
     if case.coll == "all_gather":
-        return comm.all_gather(s, r)
+        return f(s, r)
     if case.coll == "reduce_scatter":
-        return comm.reduce_scatter(s, r, op=case.op)
-    return comm.all_to_all(s, r)
+        return f(s, recvbuf=r, op=case.op) if kw else f(s, r, case.op)
+    return f(s, r) if kw else f(sendbuf=s, recvbuf=r)
 
 
 # ----- outcomes -----------------------------------------------------------------------------------------
@@ -373,12 +383,12 @@ def accounting(comm: hpccl.Communicator, seq: int, stats: dict) -> Tuple[int, Di
                              for k, v in now.items() if v != stats.get(k)}
 
 
-def outcome(comm: hpccl.Communicator, case: Case, b: Built) -> Tuple[Any, Dict[str, Any], Any]:
+def outcome(comm: hpccl.Communicator, case: Case, b: Built, way: str = "door") -> Tuple[Any, Dict[str, Any], Any]:
     """(what the call gave: ('raised', class, message) or ('returned', which object), buffers after, what
     it added to the call sequence and comm.stats())."""
     seq, stats = comm._seq, counted(comm)
     try:
-        ret = call(comm, case, b)
+        ret = call(comm, case, b, way)
     except Exception as exc:  # noqa: BLE001 - compared, class and message, between the two ways
         return ("raised", type(exc).__qualname__, str(exc)), state(b), accounting(comm, seq, stats)
     if ret is None:
@@ -456,38 +466,49 @@ def bypassed(comm: hpccl.Communicator):
 
 
 def compare(comm: hpccl.Communicator, spy: Spy, case: Case) -> Tuple[Optional[str], bool]:
-    """(None, or what differs between the front door and the Spec for this case on this rank; whether the
-    front door took the call)."""
+    """(None, or what differs between each front door and the Spec for this case on this rank; whether both
+    front doors took the call)."""
     n, r = comm.size, comm.rank
     values = inputs(case, r)
-    first = build(case, r, n, values)
-    if first is None:
+    if build(case, r, n, values) is None:
         return None, False
-    before = state(first)
+    before = state(build(case, r, n, values))
     assert comm._front.get(case.coll) is spy, "the front-door table changed under the test"
-    spy.log.clear()
-    front = outcome(comm, case, first)
-    took = any(isinstance(rc, int) and rc >= 0 for _, rc in spy.log)
-    front_log = list(spy.log)
+    fronts, took = {}, []
+    for way in WAYS:
+        b = build(case, r, n, values)
+        assert state(b) == before, "the case's inputs are not rebuilt identically"
+        spy.log.clear()
+        fronts[way] = outcome(comm, case, b, way), list(spy.log)
+        took.append(any(isinstance(rc, int) and rc >= 0 for _, rc in spy.log))
     second = build(case, r, n, values)
-    assert state(second) == before, "the case's inputs are not rebuilt identically"
     spy.log.clear()
     with bypassed(comm):
         checked = outcome(comm, case, second)
     assert spy.log == [], f"the bypassed call still reached the front door: {spy.log}"
     problems = []
-    if front[0] != checked[0]:
-        problems.append(f"front door {front[0]!r} (C said {front_log}) vs Spec {checked[0]!r}")
-    for k in before:
-        if front[1][k] != checked[1][k]:
-            problems.append(f"{k} differs afterwards (front door {str(front[1][k])[:160]} vs Spec "
-                            f"{str(checked[1][k])[:160]})")
-    if front[2] != checked[2]:
-        problems.append(f"sequence and stats: front door added {front[2]} vs Spec {checked[2]}")
-    for way, (what, after, _) in (("front door", front), ("Spec", checked)):
-        if what[0] == "raised" and after != before:
-            problems.append(f"{way} raised {what[1]} but changed {[k for k in before if after[k] != before[k]]}")
-    return ("; ".join(problems) or None), took
+    for way, (front, front_log) in fronts.items():
+        if front[0] != checked[0]:
+            problems.append(f"{way}: front door {front[0]!r} (C said {front_log}) vs Spec {checked[0]!r}")
+        for k in before:
+            if front[1][k] != checked[1][k]:
+                problems.append(f"{way}: {k} differs afterwards (front door {str(front[1][k])[:160]} vs Spec "
+                                f"{str(checked[1][k])[:160]})")
+        if front[2] != checked[2]:
+            problems.append(f"{way}: sequence and stats: front door added {front[2]} vs Spec {checked[2]}")
+        if front[0][0] == "raised" and front[1] != before:
+            problems.append(f"{way} raised {front[0][1]} but changed "
+                            f"{[k for k in before if front[1][k] != before[k]]}")
+    # what reached C: the same both ways, except that a call the hot path declines at the C door reaches it
+    # once more through the method it goes on to (and is declined again)
+    # (done at once or pending, 0 or 1, is timing: both are "took")
+    door_log, method_log = ([(c, "took" if isinstance(rc, int) and rc >= 0 else rc) for c, rc in fronts[w][1]]
+                            for w in WAYS)
+    if door_log != method_log and door_log != [(case.coll, -1)] + method_log:
+        problems.append(f"the C door handed C {door_log}, the method {method_log}")
+    if checked[0][0] == "raised" and checked[1] != before:
+        problems.append(f"Spec raised {checked[0][1]} but changed {[k for k in before if checked[1][k] != before[k]]}")
+    return ("; ".join(problems) or None), all(took)
 
 
 def gather_problems(problems: List[str]) -> List[str]:
@@ -561,3 +582,20 @@ def test_destroyed_communicator_refuses_both_ways(comm):
         assert front[0] == checked[0] and front[0][:2] == ("raised", "HpcclInvalidUsage"), (front[0], checked[0])
         assert front[1] == checked[1] == state(build(case, comm.rank, n)), coll
     assert s.log == [], f"a destroyed communicator's call reached C: {s.log}"
+
+
+def test_c_front_doors_shadow_the_methods(comm, monkeypatch):
+    """Each collective's C front door is an attribute of the communicator (so comm.broadcast is it, not the
+    method); a communicator made with HPCCL_HOST_DOOR=0 has none and calls the methods."""
+    for coll in COLLS:
+        door = comm.__dict__.get(coll)
+        assert type(door).__name__ == "FrontDoor" and door.collective == coll, (coll, door)
+        assert getattr(comm, coll) is door
+    monkeypatch.setenv("HPCCL_HOST_DOOR", "0")
+    sub = comm.split(0, comm.rank)
+    try:
+        assert not any(c in sub.__dict__ for c in COLLS), [c for c in COLLS if c in sub.__dict__]
+        x = np.full(4, comm.rank + 1, np.float32)
+        assert sub.all_reduce(x) is x and np.all(x == comm.size * (comm.size + 1) // 2)
+    finally:
+        sub.destroy()

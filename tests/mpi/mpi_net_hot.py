@@ -42,6 +42,34 @@ def test_small_calls_take_the_compiled_path(comm):
     assert stats["all_gather"]["hot (host)"]["bytes"] % (64 * comm.size) == 0  # the output's bytes
 
 
+def test_c_front_doors_take_the_calls_the_methods_would(comm):
+    """Across nodes too, comm.all_reduce/broadcast/all_gather/reduce are C front doors (hpccl/csrc/
+    _frontdoor.c) that hand the compiled path the calls the methods would: each takes its call (counted in C),
+    gives the method's bits and sequence number, and what the path declines (above HPCCL_NET_HOT_SIZE) runs
+    the method's way."""
+    for coll in ("all_reduce", "broadcast", "all_gather", "reduce"):
+        assert type(comm.__dict__.get(coll)).__name__ == "FrontDoor", coll
+    rng = np.random.default_rng(comm.rank)
+    for dtype in (np.float32, np.int64):
+        x = (rng.standard_normal(257) * 100).astype(dtype)
+        for coll, call in (("all_reduce", lambda f, o: f(x, o, MAX)),
+                           ("broadcast", lambda f, o: f(x, comm.size - 1, recvbuf=o)),
+                           ("all_gather", lambda f, o: f(x, o)),
+                           ("reduce", lambda f, o: f(x, o, root=1 % comm.size))):
+            outs, seqs = [], []
+            for f in (getattr(comm, coll), getattr(type(comm), coll).__get__(comm)):
+                out = np.zeros(x.size * (comm.size if coll == "all_gather" else 1), dtype)
+                before, seq = _hot_calls(comm), comm._seq
+                call(f, out)
+                assert _hot_calls(comm) == before + 1, (coll, dtype)
+                outs.append(out)
+                seqs.append(comm._seq - seq)
+            assert np.array_equal(outs[0], outs[1]) and seqs == [1, 1], (coll, dtype, seqs)
+    big = np.ones(config.get("HPCCL_NET_HOT_SIZE") // 4 + 1, np.float32)
+    before = _hot_calls(comm)
+    assert comm.all_reduce(big) is big and np.all(big == comm.size) and _hot_calls(comm) == before
+
+
 def test_declines_what_python_serves(comm):
     """Above HPCCL_NET_HOT_SIZE, half floats (no C reduction), reduce_scatter and all_to_all: Python."""
     before = _hot_calls(comm)
