@@ -47,12 +47,10 @@ def _call(comms: dict, world, name: str, coll: str, x: np.ndarray, y: np.ndarray
         else:
             world.Allgather(x, y)
     else:
-        c = comms[name]
         if name == "engine-method":  # the engine's communicator, through the Python methods (not its C doors)
-            c = comms["engine"]
-            f = getattr(type(c), coll).__get__(c)
+            f = getattr(type(comms["engine"]), coll).__get__(comms["engine"])
         else:
-            f = getattr(c, coll)
+            f = getattr(comms[name], coll)
         if coll == "all_reduce":
             f(x, y)
         elif coll == "broadcast":
