@@ -1,7 +1,9 @@
-"""Ratios hpccl / MPICH per run and setting from the output of bench/tcp_seg_ab.sh (or net_host.py runs headed
-"## HPCCL_UCX_TCP_SEG=<value> run <n>"): one line per case and size, the runs' ratios under each setting.
+"""Ratios hpccl / MPICH per run and setting from the output of bench/tcp_seg_ab.sh, or of net_host.py runs
+headed "## NAME=<value> run <n>" or "=== round <n> NAME=<value>": one line per case and size, the runs' ratios
+under each setting (files given together are read as one).
 
     python3 bench/seg_ratios.py docs/perf/issue33/host_oneway/tcp_seg_ab.txt
+    python3 bench/seg_ratios.py docs/perf/host/hot_size/batch1.txt docs/perf/host/hot_size/batch2.txt
 """
 import collections
 import re
@@ -12,9 +14,12 @@ PAIR = re.compile(r"(one way|each way|all_gather):[^()]*\(([\d.]+)\)")
 
 ratios = collections.defaultdict(list)
 setting = None
-for line in open(sys.argv[1]):
+lines = (line for path in sys.argv[1:] for line in open(path))
+for line in lines:
     if line.startswith("## "):
         setting = line.split()[1].split("=")[1]
+    elif line.startswith("=== round "):
+        setting = line.split()[3].split("=")[1]
     elif line.startswith("#"):
         continue
     elif "eng:" in line:
