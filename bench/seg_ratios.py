@@ -14,8 +14,7 @@ PAIR = re.compile(r"(one way|each way|all_gather):[^()]*\(([\d.]+)\)")
 
 ratios = collections.defaultdict(list)
 setting = None
-lines = (line for path in sys.argv[1:] for line in open(path))
-for line in lines:
+for line in (line for path in sys.argv[1:] for line in open(path)):
     if line.startswith("## "):
         setting = line.split()[1].split("=")[1]
     elif line.startswith("=== round "):
