@@ -1,0 +1,29 @@
+#!/bin/bash
+# Ranks killed or stopped with GPU calls in flight, on the one-GPU machine under MPS (docs/RELIABILITY.md).
+# STAGES (default "probe table"):
+#   probe     bench/mps_kill_probe.py: what a killed MPS client's pending work of each kind does to the others
+#   repro     the table's split:1 x 3 victim 1 case with REPRO_ENV (default: the spinning network kernels on)
+#   table     bench/inflight_campaign.py --table (TABLE_ENV: extra NAME=value for the ranks)
+#   campaign  bench/inflight_campaign.py --cases CASES --seed SEED --parallel PAR --budget BUDGET
+SPLIT_LOG=inflight_gpu.log source "$(dirname "$0")/split_env.sh"
+export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache
+python3 -c "from hpccl.kernels import Kernels; Kernels.for_device(0).load(['float32','float64','int32','int64','float16','bfloat16','uint8'])" \
+  || echo "kernel load failed"
+rc=0
+envs() { local o=""; for e in $1; do o="$o --env $e"; done; echo "$o"; }
+for stage in ${STAGES:-probe table}; do
+  echo "=== $stage ($(date -u +%T))"
+  case $stage in
+  probe) timeout 240 python3 bench/mps_kill_probe.py ${PROBE_CASES:-} 2>&1 | grep -a -E "^(CLEAN|FAULT)" || rc=1 ;;
+  repro) timeout 200 python3 bench/inflight_campaign.py --table --pick 3 --log $OUT/repro.jsonl --logdir /tmp/repro \
+           $(envs "${REPRO_ENV:-HPCCL_NET_FUSED_SIZE=16K}") 2>&1 | grep -a -E "^(PASS|FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
+  table) timeout ${T_TABLE:-400} python3 bench/inflight_campaign.py --table --parallel ${PAR:-2} --log $OUT/table.jsonl \
+           --logdir /tmp/table $(envs "${TABLE_ENV:-}") 2>&1 | grep -a -E "^(FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
+  campaign) timeout ${T_CAMP:-560} python3 bench/inflight_campaign.py --cases ${CASES:-200} --seed ${SEED:-1} \
+           --parallel ${PAR:-3} --budget ${BUDGET:-480} --log $OUT/campaign.jsonl --logdir /tmp/camp $(envs "${CAMP_ENV:-}") \
+           2>&1 | grep -a -E "^(FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
+  esac
+done
+ls /dev/shm | grep -c hpccl | sed 's/^/hpccl files in \/dev\/shm: /'
+tar czf $OUT/rank_logs.tgz /tmp/repro /tmp/table /tmp/camp 2>/dev/null
+exit $rc
