@@ -165,10 +165,12 @@ _param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kern
        "better with compute. Never more than the GPU's multiprocessors divided by the ranks sharing it, so "
        "that every rank's blocks can be resident at once (docs/GPU.md, the fix for 4 and 8 ranks on one GPU).")
 _param("HPCCL_CUDA_SYNC", "auto", str.lower,
-       "How ranks of a node synchronise inside a GPU collective: 'spin' (kernels wait for their peers: the "
+       "How GPU collectives wait for peers and for the network engine: 'spin' (kernels wait inside: the "
        "fastest, safe only on a GPU the job has alone), 'stream' (stream memory operations between kernels "
-       "that never wait: no deadlock whatever else shares the GPU), 'auto': stream when several ranks share "
-       "a GPU, CUDA MPS is running or another communicator is live on the GPU, else spin (docs/GPU.md).",
+       "that never wait: no deadlock whatever else shares the GPU, and a rank that dies leaves no kernel "
+       "running), 'auto': stream when several ranks share a GPU, CUDA MPS is running or another "
+       "communicator is live on the GPU, else spin. Under 'stream' HPCCL_NET_FUSED_SIZE and HPCCL_NET_PIPE "
+       "are off (docs/GPU.md, docs/RELIABILITY.md).",
        ("auto", "spin", "stream"))
 _param("HPCCL_CUDA_SYNC_SPIN", 0, int,
        "Microseconds a one-block kernel of the stream-synchronised protocol watches the peers' words before "

@@ -119,11 +119,15 @@ class DeviceSide:
             lanes = min(comm._boot.allgather(engine.auto_lanes(here)))
             extra = engine.lanes[1:lanes] if len(engine.lanes) >= lanes else \
                 engine.lanes[1:] + engine.add_lanes(lanes - len(engine.lanes))
-            net = StagedNet(engine.eng, self.device, engine, extra)
+            # ranks on this rank's GPU, of this communicator or of the one whose hier steps it runs: collective
+            share = max(getattr(comm, "gpu_share", 1), self.gpu_share(comm._boot))
+            net = StagedNet(engine.eng, self.device, engine, extra, share)
             net.gate = lambda: node_error_word(comm)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))
             self.proxy = StagedRunner(net, self.prim, self.device, fail)
-            self.path = "staged steps on the network engine" + (f" over {lanes} lanes" if lanes > 1 else "")
+            self.path = "staged steps on the network engine" + (f" over {lanes} lanes" if lanes > 1 else "") + \
+                (f", waits as stream operations ({net.wait_why})" if net.stream_waits else
+                 ", small and piped steps as one kernel each")
             from . import netreplay
             if comm.local_size == 1 and netreplay.enabled():  # several ranks per node run hier instead
                 from ..memory.cuda import CallKeys

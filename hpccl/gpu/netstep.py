@@ -36,6 +36,7 @@ import ctypes
 import re
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import config, log
@@ -90,11 +91,15 @@ class _Pinned:
             self.host = 0
 
 
+_NETS: "weakref.WeakSet[StagedNet]" = weakref.WeakSet()  # this process's live ones, for "another is live"
+
+
 class StagedNet:
     """The device half of one communicator's network path: staging memory, the ready/done words, and
     the hand-over of each step to the engine."""
 
-    def __init__(self, engine: Any, device: int, transport: Any = None, lanes: Sequence[Any] = ()) -> None:
+    def __init__(self, engine: Any, device: int, transport: Any = None, lanes: Sequence[Any] = (),
+                 share: int = 1) -> None:
         from ..kernels import Driver
         self.eng = engine  # hpccl._netengine.Engine
         # lane j (engines of their own: a UCP worker and a thread each) carries piece j mod L of every
@@ -135,6 +140,16 @@ class StagedNet:
         self.fused_size = int(config.get("HPCCL_NET_FUSED_SIZE"))
         self.piped = 0  # steps run as one kernel walking their pieces (step_piped)
         self.pipe = bool(config.get("HPCCL_NET_PIPE"))
+        # the fused and piped kernels spin on a done word only this process's engine writes: on a GPU other
+        # processes may share (CUDA MPS), such a kernel outlives its process when the process dies, and the
+        # MPS server's teardown of it is a fatal fault for every client of the GPU. There every wait of a
+        # step is a stream operation instead (docs/RELIABILITY.md, "A peer dies with GPU calls in flight").
+        from .gpu_sync import wanted
+        other = any(n is not self and n.device == device for n in list(_NETS))
+        self.stream_waits, self.wait_why = wanted(share, other)
+        if self.stream_waits:
+            self.fused_size, self.pipe = 0, False
+        _NETS.add(self)
         sl = int(config.get("HPCCL_NET_SLICE"))
         self.slice = _align(sl) if sl > 0 else 0  # whole 256-byte units: every dtype's elements stay whole
         self._watch = watch(self)  # stream waits without a limit of their own: released if an engine stops
@@ -532,6 +547,7 @@ class StagedNet:
         engine that stopped (a kernel gave up on it, or a step is still behind) may yet write its steps' done
         words and staging when it is closed, and a failed step's sends UCX could not cancel (``lingering``)
         may yet read its staging: their memory is then kept until the process ends, not freed."""
+        _NETS.discard(self)
         w = getattr(self, "_watch", None)
         if w is not None:
             w.close()

@@ -727,6 +727,40 @@ def _staged_net(comm, what: str):
     return net
 
 
+@pytest.mark.parametrize("mode", ["auto", "spin", "stream"])
+def test_network_steps_wait_as_stream_operations_where_the_gpu_may_be_shared(warm_gpu, monkeypatch, mode):
+    """HPCCL_CUDA_SYNC decides the network steps' waits too: where the GPU may be shared (auto under CUDA MPS
+    or with several ranks on the GPU, or 'stream') a small and a 4 MiB all_reduce across nodes enqueue no
+    spinning kernel (no fused or piped step: a process killed with them in flight would leave a kernel that
+    never ends); 'spin' takes the one-kernel steps. Results are checked either way."""
+    import cupy
+    import hpccl
+    from hpccl.gpu.gpu_sync import mps_active
+    monkeypatch.setenv("HPCCL_CUDA_SYNC", mode)
+    comm = hpccl.Communicator()
+    try:
+        net = _staged_net(comm, "the network steps' waits are the staged network path's")
+        n = comm.size
+        shared = mode == "stream" or (mode == "auto" and (mps_active() or net.stream_waits))
+        assert net.stream_waits == shared, (mode, net.wait_why)
+        fused, piped, steps = net.fused, net.piped, net.steps
+        s = cupy.cuda.Stream(non_blocking=True)
+        with s:
+            for count in (24, 1 << 20):  # sizes not called before: the Python path, not a replay
+                x = cupy.full(count, comm.rank + 1, dtype=cupy.float32)
+                comm.all_reduce(x, stream=s)
+                s.synchronize()
+                comm.synchronize()
+                assert float(x[0]) == float(x[-1]) == n * (n + 1) / 2
+        if shared:
+            assert net.fused == fused and net.piped == piped and net.steps > steps
+            assert "stream operations" in comm._dev.path, comm._dev.path
+        else:
+            assert net.fused > fused and net.piped > piped
+    finally:
+        end_together(comm)
+
+
 def _held_call(comm, net, count: int, hold: float):
     """An all_reduce of ``count`` floats on a stream of its own while rank 0's network engines are held for
     ``hold`` seconds (Engine.hold: fault injection); it must raise, by the call or synchronize(). (Seconds
@@ -811,6 +845,7 @@ def test_kernel_wait_timeout_when_the_engine_stops(warm_gpu, monkeypatch, count,
     import hpccl
     monkeypatch.setenv("HPCCL_TIMEOUT", "1")
     monkeypatch.setenv("HPCCL_NET_PIPE", pipe)
+    monkeypatch.setenv("HPCCL_CUDA_SYNC", "spin")  # the spinning kernels even where the GPU is shared
     eager = pipe == "0"
     comm = hpccl.Communicator()
     try:
