@@ -234,7 +234,10 @@ def main() -> int:
     shm_before = shm_files()
     stop = os.path.join(logdir, "bystander.stop")
     by = Job(2, {"VICTIM": "-1", "COLL": "all_reduce", "BYTES": str(64 << 10), "SYNC_EVERY": "20",
-                 "BUF": a.buf, "STOP_FILE": stop, "KILL_AT": "1000000000", **extra}, logdir, "bystander")
+                 "BUF": a.buf, "STOP_FILE": stop, "KILL_AT": "1000000000", **extra,
+                 # on host buffers its waits sleep rather than spin: on a machine of few cores two spinning
+                 # ranks would starve the case's ranks of the CPU their failure detection runs on
+                 **({} if gpu else {"HPCCL_SPIN": "0"})}, logdir, "bystander")
     t0 = time.monotonic()
     verdicts: List[dict] = []
     from concurrent.futures import ThreadPoolExecutor
