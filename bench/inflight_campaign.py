@@ -16,7 +16,10 @@ kernel right after, and no process of the case is left. At the end: the bystande
                                                         split:2 x 4, 6 and one node x 4, 8 (all_reduce 256 KiB,
                                                         sync every 50, kill at call 300)
   python3 bench/inflight_campaign.py --cases N --seed S random layout, collective, size (8 B - 64 MiB), dtype,
-                                                        depth (sync every 1-100), eager or graph, kill or stop
+                                                        depth (sync every 1-100), kill or stop, and path:
+                                                        replay (repeated calls replayed from C, the default),
+                                                        eager (HPCCL_NET_REPLAY=0 HPCCL_HIER_REPLAY=0: every
+                                                        call through Python) or graph (captured, replayed)
   --buf numpy runs the same on host buffers (no GPU: CI); --parallel P runs P cases at once (each one a
   bystander of the others too); --log FILE appends every case's line.
 """
@@ -140,6 +143,8 @@ def run_case(idx: int, case: dict, gpu: bool, logdir: str) -> dict:
            "SYNC_EVERY": str(case["every"]), "COLL": case["coll"], "BYTES": str(case["bytes"]),
            "DTYPE": case["dtype"], "BUF": "cupy" if gpu else "numpy", "PATH_KIND": case["path"],
            "HPCCL_TIMEOUT": str(timeout_s), **case.get("env", {})}
+    if case["path"] == "eager":  # every call through Python: no replay of recorded calls from C
+        env.update(HPCCL_NET_REPLAY="0", HPCCL_HIER_REPLAY="0")
     job = Job(n, env, logdir, f"case{idx:04d}")
     survivors = [r for r in range(n) if r != victim]
     res = job.wait(90 + timeout_s, survivors)
@@ -188,7 +193,7 @@ def table_cases() -> List[dict]:
     for layout, n in (("split:1", 2), ("split:1", 3), ("split:2", 4), ("split:2", 6), ("one", 4), ("one", 8)):
         for victim in range(n):
             cases.append(dict(layout=layout, n=n, victim=victim, mode="kill", coll="all_reduce", bytes=256 << 10,
-                              dtype="float32", every=50, kill_at=300, path="eager"))
+                              dtype="float32", every=50, kill_at=300, path="replay"))
     return cases
 
 
@@ -205,7 +210,7 @@ def random_cases(count: int, seed: int, gpu: bool) -> List[dict]:
         kill_at = rng.randint(2, max(3, min(300, 600 // per_call)))
         cases.append(dict(layout=layout, n=n, victim=rng.randrange(n), mode=rng.choice(["kill", "kill", "stop"]),
                           coll=rng.choice(COLLS), bytes=size, dtype=dtype, every=every, kill_at=kill_at,
-                          path=rng.choice(["eager", "eager", "graph"]) if gpu else "eager"))
+                          path=rng.choice(["replay", "eager", "graph"]) if gpu else rng.choice(["replay", "eager"])))
     return cases
 
 

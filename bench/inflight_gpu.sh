@@ -5,6 +5,8 @@
 #   repro     the table's split:1 x 3 victim 1 case with REPRO_ENV (default: the spinning network kernels on)
 #   table     bench/inflight_campaign.py --table (TABLE_ENV: extra NAME=value for the ranks)
 #   campaign  bench/inflight_campaign.py --cases CASES --seed SEED --parallel PAR --budget BUDGET
+#   gputest   the GPU tests of the network steps' waits (stream operations where the GPU may be shared, the
+#             spinning kernels' backstops) at split:1 x 2
 SPLIT_LOG=inflight_gpu.log source "$(dirname "$0")/split_env.sh"
 export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache
 python3 -c "from hpccl.kernels import Kernels; Kernels.for_device(0).load(['float32','float64','int32','int64','float16','bfloat16','uint8'])" \
@@ -22,6 +24,9 @@ for stage in ${STAGES:-probe table}; do
   campaign) timeout ${T_CAMP:-560} python3 bench/inflight_campaign.py --cases ${CASES:-200} --seed ${SEED:-1} \
            --parallel ${PAR:-3} --budget ${BUDGET:-480} --log $OUT/campaign.jsonl --logdir /tmp/camp $(envs "${CAMP_ENV:-}") \
            2>&1 | grep -a -E "^(FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
+  gputest) timeout 200 $M -x HPCCL_TIMEOUT=60 -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider \
+           --color=no -rs -k "stream_operations_where or kernel_wait_timeout" 2>&1 | tee -a $OUT/pytest_raw.log \
+           | grep -a -E "passed|failed|FAILED|Error|SKIPPED" | sort | uniq -c || rc=1 ;;
   esac
 done
 ls /dev/shm | grep -c hpccl | sed 's/^/hpccl files in \/dev\/shm: /'
