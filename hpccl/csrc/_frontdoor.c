@@ -305,8 +305,33 @@ static PyObject *fd_get_collective(FrontDoor *d, void *unused) {
   return d->name;
 }
 
+/* Python's tools (inspect.signature, help, IDEs) see the method the door stands for: __wrapped__ is the bound
+   method, and the door's name and docs are the method's. */
+static PyObject *fd_get_wrapped(FrontDoor *d, void *unused) {
+  (void)unused;
+  return PyMethod_New(d->method, d->comm);
+}
+
+static PyObject *fd_get_attr_of_method(FrontDoor *d, void *name) {
+  return PyObject_GetAttrString(d->method, (const char *)name);
+}
+
+/* a routine to inspect.isroutine and pydoc: read from a class, the door is itself */
+static PyObject *fd_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
+  (void)obj;
+  (void)type;
+  Py_INCREF(self);
+  return self;
+}
+
 static PyGetSetDef fd_getset[] = {
     {"collective", (getter)fd_get_collective, NULL, "the collective this door takes", NULL},
+    {"__wrapped__", (getter)fd_get_wrapped, NULL, "the Python method, bound to its communicator", NULL},
+    {"__doc__", (getter)fd_get_attr_of_method, NULL, NULL, "__doc__"},
+    {"__name__", (getter)fd_get_attr_of_method, NULL, NULL, "__name__"},
+    {"__qualname__", (getter)fd_get_attr_of_method, NULL, NULL, "__qualname__"},
+    {"__module__", (getter)fd_get_attr_of_method, NULL, NULL, "__module__"},
+    {"__annotations__", (getter)fd_get_attr_of_method, NULL, NULL, "__annotations__"},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject FrontDoorType = {
@@ -323,4 +348,5 @@ PyTypeObject FrontDoorType = {
     .tp_clear = (inquiry)fd_clear,
     .tp_dealloc = (destructor)fd_dealloc,
     .tp_getset = fd_getset,
+    .tp_descr_get = fd_descr_get,
 };

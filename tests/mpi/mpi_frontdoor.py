@@ -599,3 +599,25 @@ def test_c_front_doors_shadow_the_methods(comm, monkeypatch):
         assert sub.all_reduce(x) is x and np.all(x == comm.size * (comm.size + 1) // 2)
     finally:
         sub.destroy()
+
+
+def test_python_tools_see_the_methods_through_the_doors(comm):
+    """Every public callable of a live communicator, front door or not, answers inspect.signature, help(),
+    __doc__, __name__, __qualname__ and __wrapped__ as the class's method does (a door's __wrapped__ is the
+    bound method), and pydoc renders the method's signature and text."""
+    import inspect
+    import pydoc
+    cls = type(comm)
+    names = [n for n in dir(cls) if not n.startswith("_") and callable(getattr(cls, n))]
+    assert set(COLLS) <= set(names)
+    for name in names:
+        live, method = getattr(comm, name), getattr(cls, name)
+        want = inspect.signature(method.__get__(comm))
+        assert inspect.signature(live) == want, (name, inspect.signature(live), want)
+        assert live.__doc__ == method.__doc__ and live.__name__ == method.__name__, name
+        assert live.__qualname__ == method.__qualname__, name
+        assert inspect.isroutine(live), name
+        if name in COLLS:
+            assert live.__wrapped__ == method.__get__(comm), name
+        text = pydoc.render_doc(live, renderer=pydoc.plaintext)
+        assert f"{name}{want}" in text and method.__doc__.splitlines()[0].strip() in text, (name, text[:300])
