@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RANK_SCRIPT = os.path.join(ROOT, "tests", "scripts", "inflight_kill.py")
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"]
-DTYPES = ["float32", "float16", "bfloat16", "int32", "float64"]
+DTYPES = ["float32", "float16", "int32", "float64", "int64"]
 
 
 def _env(extra: Dict[str, str]) -> Dict[str, str]:
