@@ -15,7 +15,9 @@ kernel right after, and no process of the case is left. At the end: the bystande
   python3 bench/inflight_campaign.py --table            the victim at every position of split:1 x 2, 3,
                                                         split:2 x 4, 6 and one node x 4, 8 (all_reduce 256 KiB,
                                                         sync every 50, kill at call 300)
-  python3 bench/inflight_campaign.py --cases N --seed S random layout, collective, size (8 B - 64 MiB), dtype,
+  python3 bench/inflight_campaign.py --cases N --seed S random layout, collective (or, one case in ten, DDP
+                                                        training steps on torch: tests/scripts/torch_survive.py),
+                                                        size (8 B - 64 MiB), dtype,
                                                         depth (sync every 1-100), kill or stop, and path:
                                                         replay (repeated calls replayed from C, the default),
                                                         eager (HPCCL_NET_REPLAY=0 HPCCL_HIER_REPLAY=0: every
@@ -40,6 +42,7 @@ from typing import Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RANK_SCRIPT = os.path.join(ROOT, "tests", "scripts", "inflight_kill.py")
+DDP_SCRIPT = os.path.join(ROOT, "tests", "scripts", "torch_survive.py")  # coll "ddp": DDP steps on torch
 COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"]
 DTYPES = ["float32", "float16", "int32", "float64", "int64"]
 
@@ -58,7 +61,7 @@ def shm_files() -> set:
 class Job:
     """SIZE rank processes of inflight_kill.py over one directory store."""
 
-    def __init__(self, size: int, env: Dict[str, str], logdir: str, name: str) -> None:
+    def __init__(self, size: int, env: Dict[str, str], logdir: str, name: str, script: str = RANK_SCRIPT) -> None:
         self.store = tempfile.mkdtemp(prefix=f"hpccl-{name}-")
         self.size, self.name = size, name
         self.logs = [os.path.join(logdir, f"{name}.r{r}.log") for r in range(size)]
@@ -66,7 +69,7 @@ class Job:
         for r in range(size):
             e = _env({**env, "RANK": str(r), "SIZE": str(size), "STORE_DIR": self.store})
             with open(self.logs[r], "w") as out:
-                self.procs.append(subprocess.Popen([sys.executable, RANK_SCRIPT], env=e, stdout=out,
+                self.procs.append(subprocess.Popen([sys.executable, script], env=e, stdout=out,
                                                    stderr=subprocess.STDOUT, cwd=ROOT))
 
     def wait(self, timeout: float, need: List[int]) -> Dict[int, dict]:
@@ -145,7 +148,10 @@ def run_case(idx: int, case: dict, gpu: bool, logdir: str) -> dict:
            "HPCCL_TIMEOUT": str(timeout_s), **case.get("env", {})}
     if case["path"] == "eager":  # every call through Python: no replay of recorded calls from C
         env.update(HPCCL_NET_REPLAY="0", HPCCL_HIER_REPLAY="0")
-    job = Job(n, env, logdir, f"case{idx:04d}")
+    ddp = case["coll"] == "ddp"
+    if ddp:  # torch_survive.py: KILL_AT counts training steps, BUF is torch's device
+        env.update(BUF="cuda" if gpu else "cpu", KILL_AT=str(max(2, case["kill_at"] % 8)))
+    job = Job(n, env, logdir, f"case{idx:04d}", DDP_SCRIPT if ddp else RANK_SCRIPT)
     survivors = [r for r in range(n) if r != victim]
     res = job.wait(90 + timeout_s, survivors)
     vat = job.victim_at()
@@ -197,7 +203,7 @@ def table_cases() -> List[dict]:
     return cases
 
 
-def random_cases(count: int, seed: int, gpu: bool) -> List[dict]:
+def random_cases(count: int, seed: int, gpu: bool, ddp: bool = True) -> List[dict]:
     rng = random.Random(seed)
     cases = []
     for _ in range(count):
@@ -208,8 +214,9 @@ def random_cases(count: int, seed: int, gpu: bool) -> List[dict]:
         every = rng.randint(1, 100)
         per_call = max(1, size >> 20)
         kill_at = rng.randint(2, max(3, min(300, 600 // per_call)))
+        coll = "ddp" if ddp and rng.random() < 0.1 else rng.choice(COLLS)
         cases.append(dict(layout=layout, n=n, victim=rng.randrange(n), mode=rng.choice(["kill", "kill", "stop"]),
-                          coll=rng.choice(COLLS), bytes=size, dtype=dtype, every=every, kill_at=kill_at,
+                          coll=coll, bytes=size, dtype=dtype, every=every, kill_at=kill_at,
                           path=rng.choice(["replay", "eager", "graph"]) if gpu else rng.choice(["replay", "eager"])))
     return cases
 
@@ -226,9 +233,10 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0, help="stop starting cases after this many seconds")
     ap.add_argument("--env", action="append", default=[], help="NAME=value for every case's ranks")
     ap.add_argument("--pick", default="", help="run only these cases (indexes, comma-separated)")
+    ap.add_argument("--no-ddp", action="store_true", help="no torch DDP cases (one in ten otherwise)")
     a = ap.parse_args()
     gpu = a.buf == "cupy"
-    cases = table_cases() if a.table else random_cases(a.cases, a.seed, gpu)
+    cases = table_cases() if a.table else random_cases(a.cases, a.seed, gpu, not a.no_ddp)
     if a.pick:
         cases = [cases[int(i)] for i in a.pick.split(",")]
     extra = dict(e.split("=", 1) for e in a.env)
