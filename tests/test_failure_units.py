@@ -280,3 +280,18 @@ def test_a_step_ended_by_an_abort_from_outside_names_the_rank_the_user_communica
     out = failures.in_call(bare, user)
     assert isinstance(out, HpcclRemoteError) and out.rank == 2, str(out)
     assert "rank 2 failed" in str(out) and "hierarchical step 2 (inter all_reduce)" in str(out)
+
+
+def test_an_abort_without_its_origin_is_named_by_what_the_users_communicator_heard():
+    """A call of the user's communicator ended by an abort its engine could not name (the origin lay outside
+    the sub-communicator the abort came through: HpcclSystemError with .aborted): the user's communicator's
+    control channel heard who failed, and the call names that rank, not "the communicator was aborted"; with
+    nothing heard within a second it stays the system error."""
+    user, _intra, _inter = _rank5_of_3x2()
+    bare = HpcclSystemError("the communicator was aborted")
+    bare.aborted = True
+    user._transports[0].heard = 3
+    out = named(user, bare, "broadcast")
+    assert isinstance(out, HpcclRemoteError) and out.rank == 3 and "broadcast #6" in str(out), str(out)
+    user._transports[0].heard = None
+    assert named(user, bare, "broadcast") is bare

@@ -9,7 +9,7 @@ import time
 from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .. import config
-from ..errors import HpcclError, HpcclInvalidUsage, HpcclRemoteError, HpcclTimeoutError
+from ..errors import HpcclError, HpcclInvalidUsage, HpcclRemoteError, HpcclSystemError, HpcclTimeoutError
 from ..transport.base import Transport
 
 SURVEY_S = 0.5  # how long a timed-out rank waits for its peers' answers to "which collective are you in?"
@@ -287,6 +287,12 @@ def named(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
     exc = to_user(comm, exc)
     if comm._parent is not None:
         return exc
+    if isinstance(exc, HpcclSystemError) and getattr(exc, "aborted", False):
+        # ended by an abort whose origin lies outside the sub-communicator whose engine saw it (a hier step's
+        # engine keeps only its own ranks): this communicator's control channel hears who failed
+        r = first_within(1.0, lambda: peer_aborted(comm))
+        if r is not None and r != comm.rank:
+            return to_user(comm, HpcclRemoteError.aborted(coll, seq, r, [], ""))
     if type(exc) is HpcclInvalidUsage and not exc.message.startswith(f"{coll} #"):
         # met while the call ran (a peer's message of another size): the call is named, as the compiled
         # path names it

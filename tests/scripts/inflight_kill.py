@@ -162,6 +162,10 @@ try:
         if i % every == 0:
             sync()
             loop.check()
+            if coll in ("broadcast", "reduce"):
+                # a rank that only sends never waits on the others: a training loop meets them at its next
+                # all_reduce, this loop at a barrier
+                comm.barrier()
             if stop_file and os.path.exists(stop_file):
                 break
     result["error"] = None
