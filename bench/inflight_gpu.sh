@@ -3,7 +3,8 @@
 # STAGES (default "probe table"):
 #   probe     bench/mps_kill_probe.py: what a killed MPS client's pending work of each kind does to the others
 #   repro     the table's split:1 x 3 victim 1 case with REPRO_ENV (default: the spinning network kernels on)
-#   table     bench/inflight_campaign.py --table (TABLE_ENV: extra NAME=value for the ranks)
+#   table     bench/inflight_campaign.py --table (TABLE_ENV: extra NAME=value for the ranks; TABLE_PICK: only
+#             these cases, comma-separated indexes)
 #   campaign  bench/inflight_campaign.py --cases CASES --seed SEED --parallel PAR --budget BUDGET
 #   gputest   the GPU tests of the network steps' waits (GPUTEST_K: stream operations where the GPU may be
 #             shared; add kernel_wait_timeout for the spinning kernels' backstops) at split:1 x 2
@@ -23,7 +24,8 @@ for stage in ${STAGES:-probe table}; do
   probe) timeout 120 python3 bench/mps_kill_probe.py ${PROBE_CASES:-} 2>&1 | grep -a -E "^(CLEAN|FAULT)" || rc=1 ;;
   repro) timeout ${T_REPRO:-60} python3 bench/inflight_campaign.py --table --pick 3 --log $OUT/repro.jsonl --logdir /tmp/repro \
            $(envs "${REPRO_ENV:-HPCCL_NET_FUSED_SIZE=16K}") 2>&1 | grep -a -E "^(PASS|FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
-  table) timeout ${T_TABLE:-400} python3 bench/inflight_campaign.py --table --parallel ${PAR:-2} --log $OUT/table.jsonl \
+  table) timeout ${T_TABLE:-400} python3 bench/inflight_campaign.py --table ${TABLE_PICK:+--pick $TABLE_PICK} \
+           --parallel ${PAR:-2} --log $OUT/table.jsonl \
            --logdir /tmp/table $(envs "${TABLE_ENV:-}") 2>&1 | grep -a -E "^(FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
   campaign) left=$(( ${END:-560} - SECONDS - 20 )); [ $left -gt 30 ] || { echo "no time left"; continue; }
            timeout $left python3 bench/inflight_campaign.py --cases ${CASES:-200} --seed ${SEED:-1} \
@@ -33,7 +35,7 @@ for stage in ${STAGES:-probe table}; do
            --color=no -rs -k "${GPUTEST_K:-stream_operations_where}" 2>&1 \
            | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" | sort | uniq -c | cut -c1-400 || rc=1 ;;
   perf) STAGES=perf VARIANTS="HPCCL_CUDA_SYNC=auto HPCCL_CUDA_SYNC=spin" ROUNDS=1 FACTOR=${FACTOR:-8} \
-           timeout 200 bash bench/net_replay_ab.sh 2>&1 | grep -a -E "^ *[0-9]+ |^===|ratio|hpccl/" | cut -c1-200 || rc=1 ;;
+           timeout ${T_PERF:-200} bash bench/net_replay_ab.sh 2>&1 | grep -a -E "^ *[0-9]+ |^===|ratio|hpccl/" | cut -c1-200 || rc=1 ;;
   esac
 done
 ls /dev/shm | grep -c hpccl | sed 's/^/hpccl files in \/dev\/shm: /'
