@@ -97,11 +97,11 @@ _param("HPCCL_NET_SLICE", 1 << 20, _size,
        "slices whose device-to-host copy, wire and copy-out or reduction overlap along the stream; "
        "0 moves each message whole. Must be the same on every rank.")
 _param("HPCCL_NET_FUSED_SIZE", 16 << 10, _size,
-       "GPU network steps across nodes of one message each way (each at most this many bytes) run as one "
+       "Where HPCCL_CUDA_SYNC takes spinning kernels: GPU network steps across nodes of one message each way (each at most this many bytes) run as one "
        "kernel: the send staged, the engine's token written, its done word awaited and the received data "
        "combined, where larger steps take four stream operations; 0 turns it off. Ranks may differ.")
 _param("HPCCL_NET_PIPE", 1, _bool,
-       "GPU network steps across nodes of one message each way above HPCCL_NET_FUSED_SIZE run as one kernel "
+       "Where HPCCL_CUDA_SYNC takes spinning kernels: GPU network steps across nodes of one message each way above HPCCL_NET_FUSED_SIZE run as one kernel "
        "walking the message's pieces (stage a piece, hand it to the engine, combine the received piece as it "
        "lands, several pieces in flight), where otherwise each piece takes its own copies, stream operations "
        "and kernel; 0 turns it off. Ranks may differ.")
