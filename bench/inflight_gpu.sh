@@ -13,7 +13,7 @@
 # END (seconds, default 560): the campaign gets what is left of it after the stages before it, less 20 s.
 SPLIT_LOG=inflight_gpu.log source "$(dirname "$0")/split_env.sh"
 export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupy_cache
-python3 -c "from hpccl.kernels import Kernels; Kernels.for_device(0).load(['float32','float64','int32','float16','int64','uint8'])" \
+python3 -c "from hpccl.kernels import Kernels; Kernels.for_device(0).load(${PRELOAD:-['float32','float64','int32','float16','int64','uint8']})" \
   || echo "kernel load failed"
 echo "=== kernels loaded at ${SECONDS}s"
 rc=0
