@@ -16,23 +16,24 @@ CASES = [
     # across emulated nodes: hier observed (issue 20) and host allocations at 2 nodes x 2, the compiled path
     # across nodes at 3 x 1; the whole collectives matrix across nodes runs between network namespaces
     # (tests/net/test_netns_ucx.py, 2 hosts x 2 and 3 hosts x 1), not a second time here
-    (4, "tests/mpi/mpi_hier_observe.py tests/mpi/mpi_alloc_host.py", {"HPCCL_NODE_ID": "split:2"},
-     "hier-observe-alloc-2nodes-x2"),
-    (3, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-3nodes-x1"),
+    (4, "tests/mpi/mpi_hier_observe.py tests/mpi/mpi_alloc_host.py tests/mpi/mpi_vcolls.py", {"HPCCL_NODE_ID": "split:2"},
+     "hier-observe-alloc-vcolls-2nodes-x2"),
+    (3, "tests/mpi/mpi_net_hot.py tests/mpi/mpi_vcolls.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-vcolls-3nodes-x1"),
     (2, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-2nodes-x1"),
     (4, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-4nodes-x1"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_CHECK": "1"}, "collectives-checked-3"),  # no false alarm
     # the remaining suites with no extra environment: one mpiexec per rank count for all of them (each
     # suite file is a pytest module with its own communicator; the launch is what costs here)
-    (1, "tests/mpi/mpi_errors.py", {}, "errors-1"),
+    (1, "tests/mpi/mpi_errors.py tests/mpi/mpi_vcolls.py", {}, "errors-vcolls-1"),
     (2, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
-        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_trace.py", {},
-     "errors-large-split-hotpath-frontdoor-trace-2"),
+        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_trace.py tests/mpi/mpi_vcolls.py", {},
+     "errors-large-split-hotpath-frontdoor-trace-vcolls-2"),
     (3, "tests/mpi/mpi_errors.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py tests/mpi/mpi_alloc_host.py "
-        "tests/mpi/mpi_frontdoor.py", {}, "errors-split-hotpath-frontdoor-3"),
+        "tests/mpi/mpi_frontdoor.py tests/mpi/mpi_vcolls.py", {}, "errors-split-hotpath-frontdoor-vcolls-3"),
     (4, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
-        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_trace.py", {}, "errors-large-split-hotpath-trace-4"),
+        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_trace.py tests/mpi/mpi_vcolls.py", {},
+     "errors-large-split-hotpath-trace-vcolls-4"),
 ]
 
 

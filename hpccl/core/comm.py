@@ -25,7 +25,7 @@ from .. import config, log
 from ..host import hotcalls
 from ..observe import check
 from ..runtime import failures
-from . import lifecycle, p2p
+from . import lifecycle, p2p, vcolls
 from ..algorithms import Layout
 from ..bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
@@ -547,6 +547,28 @@ class Communicator:
         Displacements default to the packed prefix sums of the counts. It runs as a group of sends and
         receives (host and GPU alike); recvcounts[j] must equal rank j's sendcounts[i], as in MPI."""
         return p2p.all_to_all_v(self, sendbuf, recvbuf, sendcounts, recvcounts, sdispls, rdispls, stream)
+
+    def gather(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, *, stream: Any = None) -> Any:
+        """MPI_Gather: every rank's sendbuf (one count everywhere) into block r of the root's recvbuf (size x
+        count elements); returns recvbuf on the root, None elsewhere (recvbuf is ignored there)."""
+        return vcolls.gather(self, sendbuf, recvbuf, root, stream)
+
+    def scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, *, stream: Any = None) -> Any:
+        """MPI_Scatter: block r of the root's sendbuf (size x count elements, count = recvbuf's size) into
+        rank r's recvbuf; sendbuf is ignored on the other ranks."""
+        return vcolls.scatter(self, sendbuf, recvbuf, root, stream)
+
+    def all_gather_v(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int],
+                     displs: Optional[Sequence[int]] = None, *, stream: Any = None) -> Any:
+        """MPI_Allgatherv: rank r's sendbuf (recvcounts[r] elements) into every rank's recvbuf at element
+        displs[r] (default: the packed prefix sums of recvcounts)."""
+        return vcolls.all_gather_v(self, sendbuf, recvbuf, recvcounts, displs, stream)
+
+    def reduce_scatter_v(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int], op: OpLike = SUM, *,
+                         stream: Any = None) -> Any:
+        """MPI_Reduce_scatter: block j of every rank's sendbuf (recvcounts[j] elements, packed in rank order)
+        reduced with op into rank j's recvbuf (recvcounts[j] elements)."""
+        return vcolls.reduce_scatter_v(self, sendbuf, recvbuf, recvcounts, op, stream)
 
     # ----- host buffers every local peer maps (hpccl/host/host_alloc.py) ----------------------------------
     def alloc_host(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
