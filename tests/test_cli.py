@@ -15,13 +15,13 @@ def test_perf_sweep_checks_every_collective(tmp_path):
     out = proc.stdout
     assert "# Out of bounds values : 0 OK" in out
     assert "mem host (alloc_host)" in out  # the default host buffers
-    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"):
+    colls = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter"}
+    for coll in colls:
         assert f"# {coll}" in out
     data = json.loads(js.read_text())
     assert data["ranks"] == 3
     rows = data["results"]
-    assert {r["coll"] for r in rows} == {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                                          "all_to_all"}
+    assert {r["coll"] for r in rows} == colls
     assert all(r["wrong"] == 0 and r["time_us"] > 0 for r in rows)
     assert any("mpi" in r["baselines"] for r in rows)
     assert png.stat().st_size > 10_000

@@ -35,6 +35,8 @@ class MpiBaseline:
             "broadcast": lambda: c.Bcast(recv, root=root),
             "reduce": lambda: c.Reduce(send, recv, op=mop, root=root),
             "all_to_all": lambda: c.Alltoall(send, recv),
+            "gather": lambda: c.Gather(send, recv, root=root),
+            "scatter": lambda: c.Scatter(send, recv, root=root),
         }
         return table[coll]
 

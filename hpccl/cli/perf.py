@@ -17,7 +17,7 @@ import numpy as np
 from ..config import _size
 from ..ops import DTYPES
 from ..text import block, one_line
-from .workloads import COLLECTIVES, OPS, expected, fill, workload, wrong
+from .workloads import COLLECTIVES, OPS, ROOTED, expected, fill, workload, wrong
 
 
 def _say(text: str = "", **kw: Any) -> None:
@@ -138,6 +138,10 @@ def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int) -> Calla
         return lambda: comm.reduce(send, recv, root, op)
     if coll == "all_to_all":
         return lambda: comm.all_to_all(send, recv)
+    if coll == "gather":
+        return lambda: comm.gather(send, recv, root)
+    if coll == "scatter":
+        return lambda: comm.scatter(send, recv, root)
     raise ValueError(coll)
 
 
@@ -220,7 +224,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 bad = 0
                 if a.check:
                     recv_h = mem.get(recv)
-                    if coll == "reduce" and rank != a.root:
+                    if coll in ("reduce", "gather") and rank != a.root:
                         bad = 0
                     else:
                         bad = wrong(recv_h.reshape(-1), expected(wl, dtype, op, n, rank, a.root), op)
@@ -232,7 +236,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rec: Dict[str, Any] = dict(coll=coll, algo=algo or "auto", size=wl.size, count=wl.count,
                                            dtype=a.dtype, op=a.op, ranks=n, time_us=t * 1e6, algbw=algbw,
                                            busbw=busbw, wrong=bad if a.check else None, baselines={})
-                line = f"{wl.size:>12} {wl.count:>12} {a.dtype:>9} {a.op:>6} {a.root if coll in ('broadcast', 'reduce') else -1:>5} " \
+                line = f"{wl.size:>12} {wl.count:>12} {a.dtype:>9} {a.op:>6} {a.root if coll in ROOTED else -1:>5} " \
                        f"{t * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {bad if a.check else 'N/A':>6}"
                 for name, lib in libs.items():
                     bsend = bmem.put(fill(wl.send_count, dtype, rank, op))

@@ -9,7 +9,8 @@ import numpy as np
 
 from ..ops import AVG, MAX, MIN, PROD, SUM, UFUNC, ReduceOp, floating
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
 @dataclass(frozen=True)
@@ -26,13 +27,13 @@ class Workload:
 
 def workload(coll: str, size: int, itemsize: int, n: int) -> Workload:
     """Round size down to whole elements (and whole blocks of n for the per-rank collectives)."""
-    per_rank = coll in ("all_gather", "reduce_scatter", "all_to_all")
+    per_rank = coll in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
     unit = itemsize * (n if per_rank else 1)
     count = (size // unit) * (n if per_rank else 1)
     fac = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-           "all_to_all": (n - 1) / n}.get(coll, 1.0) if n > 1 else 1.0
-    send = count // n if coll == "all_gather" else count
-    recv = count // n if coll == "reduce_scatter" else count
+           "all_to_all": (n - 1) / n, "gather": (n - 1) / n, "scatter": (n - 1) / n}.get(coll, 1.0) if n > 1 else 1.0
+    send = count // n if coll in ("all_gather", "gather") else count
+    recv = count // n if coll in ("reduce_scatter", "scatter") else count
     return Workload(coll, count * itemsize, count, send, recv, fac)
 
 
@@ -64,8 +65,11 @@ def expected(wl: Workload, dtype: np.dtype, op: ReduceOp, n: int, rank: int, roo
         return out
     if wl.coll == "broadcast":
         return ins[root]
-    if wl.coll == "all_gather":
+    if wl.coll in ("all_gather", "gather"):
         return np.concatenate(ins)
+    if wl.coll == "scatter":
+        c = wl.recv_count
+        return ins[root][rank * c:(rank + 1) * c]
     if wl.coll == "all_to_all":
         c = wl.count // n
         return np.concatenate([ins[q][rank * c:(rank + 1) * c] for q in range(n)])

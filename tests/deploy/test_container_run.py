@@ -88,7 +88,7 @@ def test_perf_sweep_with_check_in_the_image(image):
     out = r.stdout
     assert "# Out of bounds values : 0 OK" in out, out[-3000:]
     rows = [ln for ln in out.splitlines() if ln.strip() and ln.lstrip()[0].isdigit()]
-    assert len(rows) >= 6 * 10, out[-3000:]  # 6 collectives x 8 B .. 4 MiB
+    assert len(rows) >= 8 * 10, out[-3000:]  # 8 collectives x 8 B .. 4 MiB
     assert all(ln.split()[8] == "0" for ln in rows), [ln for ln in rows if ln.split()[8] != "0"]
 
 
