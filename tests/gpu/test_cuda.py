@@ -185,6 +185,43 @@ def test_all_to_all(world, count):
             np.testing.assert_array_equal(to_host(x), want, err_msg=f"{algo} in place")
 
 
+@pytest.mark.parametrize("scale", [1, 50000])
+def test_gather_scatter_and_the_v_collectives(world, scale):
+    """gather, scatter, all_gather_v and reduce_scatter_v on CuPy arrays (one group of sends and receives on
+    a side stream whose inputs were ordered after their making), against numpy references; uneven counts
+    with zeros."""
+    import cupy
+    from hpccl.ops import MAX
+    comm, dev = world
+    n, r = comm.size, comm.rank
+    side = cupy.cuda.Stream(non_blocking=True)
+    counts = [((q * 5 + 3) % 4) * scale for q in range(n)]
+    data = [rank_data("float32", 3 * scale * n, q, 11, SUM) for q in range(n)]
+    xs = to_dev(data[r][:3 * scale], dev)
+    xa = to_dev(data[r][:counts[r]], dev)
+    xr = to_dev(data[r][:sum(counts)], dev)
+    root = n - 1
+    g = to_dev(np.full(3 * scale * n, -1, np.float32), dev) if r == root else None
+    sc = to_dev(np.full(3 * scale, -1, np.float32), dev)
+    av = to_dev(np.full(sum(counts), -1, np.float32), dev)
+    rs = to_dev(np.full(counts[r], -1, np.float32), dev)
+    full = to_dev(data[r], dev)
+    side.wait_event(cupy.cuda.get_current_stream().record())
+    comm.gather(xs, g, root=root, stream=side)
+    comm.scatter(full if r == root else None, sc, root=root, stream=side)
+    comm.all_gather_v(xa, av, counts, stream=side)
+    comm.reduce_scatter_v(xr, rs, counts, MAX, stream=side)
+    side.synchronize()
+    comm.synchronize()
+    if r == root:
+        np.testing.assert_array_equal(to_host(g), np.concatenate([d[:3 * scale] for d in data]))
+    np.testing.assert_array_equal(to_host(sc), data[root][r * 3 * scale:(r + 1) * 3 * scale])
+    np.testing.assert_array_equal(to_host(av), np.concatenate([data[q][:counts[q]] for q in range(n)]))
+    o = sum(counts[:r])
+    want = np.max(np.stack([d[:sum(counts)] for d in data]), axis=0)[o:o + counts[r]]
+    np.testing.assert_array_equal(to_host(rs), want)
+
+
 @pytest.mark.parametrize("scale", [1, 100000])
 def test_all_to_all_v(world, scale):
     """Uneven blocks with zeros and gaps, on a side stream whose inputs were ordered after their making."""
