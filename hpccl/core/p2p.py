@@ -72,17 +72,7 @@ def recv_any(comm: Any, buf: Any) -> int:
 def all_to_all_v(comm: Any, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int], recvcounts: Sequence[int],
                  sdispls: Optional[Sequence[int]], rdispls: Optional[Sequence[int]], stream: Any) -> Any:
     """MPI_Alltoallv, validated, as a group of sends and receives (see Communicator.all_to_all_v)."""
-    comm._alive("all_to_all_v")
-    m = comm._memory(sendbuf, "all_to_all_v")
-    send, _ = m.view(sendbuf, "sendbuf")
-    if recvbuf is None:
-        raise HpcclInvalidArgument("recvbuf", "is required (its size follows from recvcounts and rdispls)")
-    if comm._memory(recvbuf, "recvbuf") is not m:
-        raise HpcclInvalidArgument("recvbuf", f"is {memory_kind(recvbuf)} memory but sendbuf is {m.kind} memory")
-    recv, _ = m.view(recvbuf, "recvbuf")
-    m.writable(recv, "recvbuf")
-    if m.dtype(recv) != m.dtype(send):
-        raise HpcclInvalidArgument("recvbuf", f"dtype {m.dtype(recv)} differs from sendbuf's {m.dtype(send)}")
+    m, send, recv = buffer_pair(comm, "all_to_all_v", sendbuf, recvbuf, "recvcounts and rdispls")
     sblocks = vblocks(comm.size, sendcounts, sdispls, send.size, "sendcounts", "sdispls", "sendbuf", False)
     rblocks = vblocks(comm.size, recvcounts, rdispls, recv.size, "recvcounts", "rdispls", "recvbuf", True)
     r = comm.rank
@@ -99,6 +89,23 @@ def all_to_all_v(comm: Any, sendbuf: Any, recvbuf: Any, sendcounts: Sequence[int
     elif items:
         run_p2p(comm, items, "all_to_all_v")
     return recvbuf
+
+
+def buffer_pair(comm: Any, what: str, sendbuf: Any, recvbuf: Any, sized_by: str = "the counts") -> tuple:
+    """(memory component, flat send, flat recv) of a call's two buffers, checked: one memory kind and dtype,
+    recvbuf given (its size follows from ``sized_by``) and writable."""
+    comm._alive(what)
+    m = comm._memory(sendbuf, what)
+    send, _ = m.view(sendbuf, "sendbuf")
+    if recvbuf is None:
+        raise HpcclInvalidArgument("recvbuf", f"is required (its size follows from {sized_by})")
+    if comm._memory(recvbuf, "recvbuf") is not m:
+        raise HpcclInvalidArgument("recvbuf", f"is {memory_kind(recvbuf)} memory but sendbuf is {m.kind} memory")
+    recv, _ = m.view(recvbuf, "recvbuf")
+    m.writable(recv, "recvbuf")
+    if m.dtype(recv) != m.dtype(send):
+        raise HpcclInvalidArgument("recvbuf", f"dtype {m.dtype(recv)} differs from sendbuf's {m.dtype(send)}")
+    return m, send, recv
 
 
 def vblocks(size: int, counts: Sequence[int], displs: Optional[Sequence[int]], total: int, cname: str,

@@ -7,25 +7,8 @@ from __future__ import annotations
 from typing import Any, List, Optional, Sequence
 
 from ..errors import HpcclInvalidArgument
-from ..memory.interop import memory_kind
 from ..ops import as_op
-from .p2p import run_p2p, vblocks
-
-
-def _pair(comm: Any, what: str, sendbuf: Any, recvbuf: Any) -> tuple:
-    """(memory component, flat send, flat recv) of two buffers of one memory kind and dtype; recv writable."""
-    comm._alive(what)
-    m = comm._memory(sendbuf, what)
-    send, _ = m.view(sendbuf, "sendbuf")
-    if recvbuf is None:
-        raise HpcclInvalidArgument("recvbuf", "is required (its size follows from the counts)")
-    if comm._memory(recvbuf, "recvbuf") is not m:
-        raise HpcclInvalidArgument("recvbuf", f"is {memory_kind(recvbuf)} memory but sendbuf is {m.kind} memory")
-    recv, _ = m.view(recvbuf, "recvbuf")
-    m.writable(recv, "recvbuf")
-    if m.dtype(recv) != m.dtype(send):
-        raise HpcclInvalidArgument("recvbuf", f"dtype {m.dtype(recv)} differs from sendbuf's {m.dtype(send)}")
-    return m, send, recv
+from .p2p import buffer_pair as _pair, run_p2p, vblocks
 
 
 def _root(comm: Any, root: Any) -> int:
