@@ -146,7 +146,8 @@ def run_case(case: str) -> dict:
     canary_s = time.monotonic() - c0
     bout = by.communicate(timeout=60)[0]
     res = {"case": case, "victim": line, "victim_exit_s": round(t_dead, 3), "canary": "CANARY_OK" in c.stdout,
-           "canary_s": round(canary_s, 2), "canary_err": (c.stdout + c.stderr).strip().splitlines()[-1:] if "CANARY_OK" not in c.stdout else [],
+           "canary_s": round(canary_s, 2),
+           "canary_err": [] if "CANARY_OK" in c.stdout else (c.stdout + c.stderr).strip().splitlines()[-1:],
            "bystander": [ln for ln in bout.splitlines() if ln.startswith("{")] or bout.splitlines()[-2:]}
     if not res["canary"]:  # wait for the server to take clients again before the next case
         for _ in range(30):

@@ -16,8 +16,8 @@ CASES = [
     # across emulated nodes: hier observed (issue 20) and host allocations at 2 nodes x 2, the compiled path
     # across nodes at 3 x 1; the whole collectives matrix across nodes runs between network namespaces
     # (tests/net/test_netns_ucx.py, 2 hosts x 2 and 3 hosts x 1), not a second time here
-    (4, "tests/mpi/mpi_hier_observe.py tests/mpi/mpi_alloc_host.py tests/mpi/mpi_vcolls.py", {"HPCCL_NODE_ID": "split:2"},
-     "hier-observe-alloc-vcolls-2nodes-x2"),
+    (4, "tests/mpi/mpi_hier_observe.py tests/mpi/mpi_alloc_host.py tests/mpi/mpi_vcolls.py",
+     {"HPCCL_NODE_ID": "split:2"}, "hier-observe-alloc-vcolls-2nodes-x2"),
     (3, "tests/mpi/mpi_net_hot.py tests/mpi/mpi_vcolls.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-vcolls-3nodes-x1"),
     (2, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-2nodes-x1"),
     (4, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-4nodes-x1"),
