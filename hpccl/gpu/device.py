@@ -119,8 +119,9 @@ class DeviceSide:
             lanes = min(comm._boot.allgather(engine.auto_lanes(here)))
             extra = engine.lanes[1:lanes] if len(engine.lanes) >= lanes else \
                 engine.lanes[1:] + engine.add_lanes(lanes - len(engine.lanes))
-            # ranks on this rank's GPU, of this communicator or of the one whose hier steps it runs: collective
-            share = max(getattr(comm, "gpu_share", 1), self.gpu_share(comm._boot))
+            # ranks on this rank's GPU: a hier step's, counted over its parent when it was made, else this
+            # communicator's (collective; every rank takes the same branch)
+            share = getattr(comm, "gpu_share", 0) or self.gpu_share(comm._boot)
             net = StagedNet(engine.eng, self.device, engine, extra, share)
             net.gate = lambda: node_error_word(comm)
             self.prim = StagedPrimitives(comm.rank, comm.size, net, self.waiter, DeviceMemory(self.device))

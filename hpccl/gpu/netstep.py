@@ -43,6 +43,7 @@ from .. import config, log
 from ..errors import HpcclError, HpcclTimeoutError
 from ..runtime.primitives import Primitives, Recv, Send
 from ..runtime.progress import Waiter
+from .gpu_sync import wanted
 from .netwatch import STUCK_WATCH, limit_s, watch
 
 WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe)
@@ -144,7 +145,6 @@ class StagedNet:
         # processes may share (CUDA MPS), such a kernel outlives its process when the process dies, and the
         # MPS server's teardown of it is a fatal fault for every client of the GPU. There every wait of a
         # step is a stream operation instead (docs/RELIABILITY.md, "A peer dies with GPU calls in flight").
-        from .gpu_sync import wanted
         other = any(n is not self and n.device == device for n in list(_NETS))
         self.stream_waits, self.wait_why = wanted(share, other)
         if self.stream_waits:

@@ -23,3 +23,18 @@ class DirStore:
 
     def check(self, keys):
         return all(os.path.exists(self._file(k)) for k in keys)
+
+
+def report_and_end_stopped(path, rank, size, victim, mode, victim_pid):
+    """Mark this rank's result reported; with a stopped victim, the lowest survivor waits (30 s at most) for
+    every other survivor's mark and then kills the victim while it is stopped: it is gone for good."""
+    import signal
+    import time
+    open(os.path.join(path, f"reported{rank}"), "w").close()
+    if mode != "stop" or rank != min(q for q in range(size) if q != victim):
+        return
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(path, f"reported{q}")) for q in range(size) if q not in (victim, rank)):
+        time.sleep(0.01)
+    os.kill(victim_pid, signal.SIGKILL)

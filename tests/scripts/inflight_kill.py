@@ -18,7 +18,7 @@ import numpy as np
 
 import hpccl
 from hpccl.bootstrap import StoreBootstrap
-from dirstore import DirStore  # tests/scripts/dirstore.py
+from dirstore import DirStore, report_and_end_stopped  # tests/scripts/dirstore.py
 
 r, n = int(os.environ["RANK"]), int(os.environ["SIZE"])
 store = os.environ["STORE_DIR"]
@@ -204,13 +204,7 @@ if r != victim and result.get("error"):
         result["after_shrink"] = None
         result["shrink_error"] = traceback.format_exc()[-1500:]
 print("RESULT " + json.dumps(result), flush=True)
-open(os.path.join(store, f"reported{r}"), "w").close()
-if mode == "stop" and r == min(q for q in range(n) if q != victim):
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(
-            os.path.exists(os.path.join(store, f"reported{q}")) for q in range(n) if q not in (victim, r)):
-        time.sleep(0.01)
-    os.kill(pids[victim], signal.SIGKILL)  # the stopped rank is gone for good: kill it while stopped
+report_and_end_stopped(store, r, n, victim, mode, pids[victim] if victim >= 0 else 0)
 try:
     comm.destroy()
 except Exception:  # noqa: BLE001

@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hpccl.torch  # noqa: F401 - registers the "hpccl" backend
+from dirstore import report_and_end_stopped  # tests/scripts/dirstore.py
 
 r, n = int(os.environ["RANK"]), int(os.environ["SIZE"])
 store_dir = os.environ["STORE_DIR"]
@@ -204,13 +205,7 @@ try:  # this rank's own device still works
 except Exception:  # noqa: BLE001
     result.update(gpu_ok=False, gpu_error=traceback.format_exc()[-800:])
 print("RESULT " + json.dumps(result), flush=True)
-open(os.path.join(store_dir, f"reported{r}"), "w").close()
-if mode == "stop" and r == min(q for q in range(n) if q != victim):
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(
-            os.path.exists(os.path.join(store_dir, f"reported{q}")) for q in range(n) if q not in (victim, r)):
-        time.sleep(0.01)
-    os.kill(pids[victim], signal.SIGKILL)  # the stopped rank is gone for good: kill it while stopped
+report_and_end_stopped(store_dir, r, n, victim, mode, pids[victim] if victim >= 0 else 0)
 try:
     dist.destroy_process_group()
 except Exception:  # noqa: BLE001 - a group left broken by a failure above (already reported)
