@@ -2,7 +2,7 @@
 are listed in a "sub-suite skips" section of the run's summary, with their reasons, so a sub-suite that is
 green only because its tests skipped is seen; and what each test left in /dev/shm is looked at after it: MPI's
 own segments (a rank that ended without MPI_Finalize leaves them) are removed once no other live process uses
-them (another test session's running job keeps its own) and the tests that left them named in a "/dev/shm"
+them (another test run's running job keeps its own) and the tests that left them named in a "/dev/shm"
 section (hpccl's own segments are asserted by the tests that make them)."""
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def _unlink(names: Sequence[str]) -> None:
 def remove_mpi_leftovers(before: set, busy: Optional[set] = None) -> List[str]:
     """MPI libraries leave their own segments behind when a test kills a rank on purpose; remove the
     ones that appeared during the test (never hpccl's: those must not exist) and that no other live process
-    still uses, and return their names. Those still in use (another test session's running job, or a rank of
+    still uses, and return their names. Those still in use (another test run's running job, or a rank of
     this test that has not yet exited) are added to ``busy``, for remove_unused() later."""
     new = [f for f in shm_snapshot() - before if f.startswith(("mpich_shm_", "sm_segment", "psm"))]
     if new:

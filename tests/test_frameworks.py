@@ -39,7 +39,7 @@ def _run(args, timeout=240):
 
 
 def _wait_for_group(pgid: int, limit: float = 30.0) -> None:
-    """Wait until every process of the run's session has ended: Lightning's first process returns without
+    """Wait until every process of the run's process group has ended: Lightning's first process returns without
     waiting for the second it started, which then still holds MPI's shared memory (Lightning's environment
     check initialises MPI) for a moment. Killed after ``limit`` seconds, and the test fails."""
     end = time.monotonic() + limit
@@ -50,7 +50,7 @@ def _wait_for_group(pgid: int, limit: float = 30.0) -> None:
             return
         if time.monotonic() > end:
             os.killpg(pgid, signal.SIGKILL)
-            raise AssertionError(f"processes of the run (session {pgid}) still running {limit:.0f} s after it ended")
+            raise AssertionError(f"processes of the run (process group {pgid}) still running {limit:.0f} s after it ended")
         time.sleep(0.05)
 
 

@@ -54,7 +54,7 @@ def test_ops_and_dtypes():
     check_op_dtype(AVG, DTYPES["bfloat16"])
     with pytest.raises(HpcclInvalidArgument):
         check_op_dtype(AVG, DTYPES["uint8"])
-    assert len(DTYPES) == 10
+    assert len(DTYPES) == 12
 
 
 def test_ml_dtypes_is_imported_only_for_bfloat16():
@@ -178,7 +178,7 @@ def test_gpu_kernels_sized_to_be_resident_together(sms):
 
 def test_mpi_leftovers_kept_while_a_live_process_maps_them():
     """The per-test /dev/shm clean-up (tests/conftest.py) removes new MPI segments only once no other process
-    uses them: a segment another test session's running MPI job (or a rank still exiting) maps stays, and is
+    uses them: a segment another test run's running MPI job (or a rank still exiting) maps stays, and is
     removed by a later look once that process has ended."""
     import subprocess
     import sys
