@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-from . import direct, gpu, hier, linear, ring, single_copy, tree
+from . import direct, gpu, hier, linear, ring, single_copy, tree, vsched
 
 HOST, CUDA = "host", "cuda"
+#: collectives of blocks of any size: their host calls are planned from this table; device calls (and calls held in
+#: a group()) run as one group of sends and receives, stream-ordered (hpccl/core/vcolls.py)
+VCOLLS = ("gather", "scatter", "all_gather_v", "reduce_scatter_v")
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,23 @@ def _table() -> Dict[str, Dict[str, Algorithm]]:
             A("linear", linear.all_to_all, "all pairs at once", cuda=linear.all_to_all),
             A("direct", direct.all_to_all, "each rank copies its block out of every window (GPU: copy-push "
               "kernel)", True, cuda=gpu.all_to_all, cuda_scope="node"),
+        ]},
+        # blocks of any size (zero included); device memory runs them as one group of sends and receives
+        "gather": {a.name: a for a in [
+            A("direct", vsched.gather_direct, "the root receives every block at once"),
+            A("tree", vsched.gather_tree, "binomial tree: subtrees' blocks in one message each"),
+        ]},
+        "scatter": {a.name: a for a in [
+            A("direct", vsched.scatter_direct, "the root sends every block at once"),
+            A("tree", vsched.scatter_tree, "binomial tree: subtrees' blocks in one message each"),
+        ]},
+        "all_gather_v": {a.name: a for a in [
+            A("direct", vsched.all_gather_v_direct, "each rank's block broadcast to all at once"),
+            A("ring", vsched.all_gather_v_ring, "variable blocks passed around a ring"),
+        ]},
+        "reduce_scatter_v": {a.name: a for a in [
+            A("direct", vsched.reduce_scatter_v_direct, "blocks sent to their owners, combined in rank order"),
+            A("ring", vsched.reduce_scatter_v_ring, "variable partial sums travel the ring, n-1 steps"),
         ]},
     }
 

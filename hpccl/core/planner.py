@@ -20,6 +20,10 @@ HOT, SCHEDULE, HIER, KERNEL, PROXY, ZERO_COPY = "hot", "schedule", "hier", "kern
 _REPLAYS_MAX = 2048
 #: collectives with zero-copy kernels for registered buffers (hpccl/gpu/zero_copy.py)
 ZERO_COPY_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
+#: collectives of blocks of any size the hot path runs on blocks padded to the largest (hpccl/core/vcolls.py):
+#: the hot path's collective each becomes
+PADDED = {"gather": "all_gather", "scatter": "broadcast", "all_gather_v": "all_gather",
+          "reduce_scatter_v": "reduce_scatter"}
 
 
 class Plan(NamedTuple):
@@ -82,6 +86,10 @@ class Planner:
             p = Plan(KERNEL if spec is not None and spec.cuda_scope == "node" else PROXY, algo, spec)
         if kind == HOST and coll in self.hot_colls:
             return Plan(HOT, HOT, None, p)
+        if kind == HOST and PADDED.get(coll) in self.hot_colls:
+            forced = self.tuner.override.get(coll) or self.tuner.override.get("*")
+            if forced != p.algo:  # unless HPCCL_ALGO pinned the schedule the table runs
+                return Plan(HOT, "padded", None, p)
         if kind == CUDA and self.registered and coll in ZERO_COPY_COLLS:
             return Plan(ZERO_COPY, ZERO_COPY, None, p)
         return p

@@ -131,6 +131,28 @@ MODELS: Dict[str, Dict[str, Model]] = {
         "direct": lambda P, N, n, s: _b(P, s) + s * N * 2 * P.beta,
         "cma": lambda P, N, n, s: 3 * _b(P, s) + s * (1 + s) / 2 * N * P.beta,  # as broadcast's
     },
+    # blocks of any size: N = the bytes of every block together; the model prices even blocks. A rank posting
+    # n-1 messages at once pays half a step each (as all_to_all's linear); a message's bytes cross the wire
+    # once and are copied once on each side (2 beta); a tree rank forwards its subtree once more.
+    "gather": {
+        "direct": lambda P, N, n, s: _a(P, s) * n / 2 + s * N * (n - 1) / n * 2 * P.beta,
+        "tree": lambda P, N, n, s: _log2(n) * _a(P, s) + s * N * (n - 1) / n * 3 * P.beta,
+    },
+    "scatter": {
+        "direct": lambda P, N, n, s: _a(P, s) * n / 2 + s * N * (n - 1) / n * 2 * P.beta,
+        "tree": lambda P, N, n, s: _log2(n) * _a(P, s) + s * N * (n - 1) / n * 3 * P.beta,
+    },
+    # all_gather_v direct: each rank's block to all others and n-1 blocks in, all posted at once; past a few
+    # ranks the incoming messages contend (the ring's one neighbour each way does not)
+    "all_gather_v": {
+        "direct": lambda P, N, n, s: _a(P, s) * n / 2 + s * N * (n - 1) / n * P.beta * (2 + (n - 2) / 2),
+        "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * 2 * P.beta) + s * N / n * P.beta,
+    },
+    "reduce_scatter_v": {
+        "direct": lambda P, N, n, s: _a(P, s) * n / 2 + s * N * (n - 1) / n * (P.beta * (2 + (n - 2) / 2)
+                                                                              + P.red),
+        "ring": lambda P, N, n, s: (n - 1) * (_a(P, s) + s * N / n * (2 * P.beta + P.red)),
+    },
 }
 
 
