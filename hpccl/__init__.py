@@ -8,14 +8,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Communicator", "init", "ReduceOp", "SUM", "PROD", "MIN", "MAX", "AVG", "DTYPES", "bfloat16",
+    "float8_e4m3fn", "float8_e5m2",
     "HpcclError", "HpcclInvalidArgument", "HpcclInvalidUsage", "HpcclTimeoutError", "HpcclSystemError",
     "HpcclEnvironmentError", "HpcclUnsupported", "HpcclRemoteError", "__version__",
 ]
 
 
 def __getattr__(name: str) -> object:
-    """hpccl.bfloat16 (numpy's, from ml_dtypes) is made when first read: see ops.bfloat16_dtype."""
-    if name == "bfloat16":
-        from . import ops
-        return ops.bfloat16
+    """hpccl.bfloat16, hpccl.float8_e4m3fn and hpccl.float8_e5m2 (numpy's, from ml_dtypes) are made when
+    first read: see ops.ml_dtype."""
+    from . import ops
+    if name in ops.ML_NAMES:
+        return ops.ml_dtype(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,17 +23,27 @@ class ReduceOp(enum.Enum):
 SUM, PROD, MIN, MAX, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MIN, ReduceOp.MAX, ReduceOp.AVG
 _BY_NAME = {o.value: o for o in ReduceOp}
 
-_BF16: Optional[np.dtype] = None
+_ML: dict = {}  # name -> numpy dtype of ml_dtypes' types read so far
+#: the types numpy has only through ml_dtypes, imported at first use
+ML_NAMES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+#: the 1-byte floats: moved as bytes, reduced in float32 and rounded once (hpccl/core/fp8.py)
+FP8_NAMES = ("float8_e4m3fn", "float8_e5m2")
+
+
+def ml_dtype(name: str) -> np.dtype:
+    """numpy's bfloat16 or float8 type (ml_dtypes'), imported at first use: ml_dtypes 0.7 takes about a
+    second to import (numpy's ufunc loop registration, quadratic in its many types), which every rank would
+    pay at start."""
+    dt = _ML.get(name)
+    if dt is None:
+        import ml_dtypes
+        dt = _ML[name] = np.dtype(getattr(ml_dtypes, name))
+    return dt
 
 
 def bfloat16_dtype() -> np.dtype:
-    """numpy's bfloat16 (ml_dtypes'), imported at first use: ml_dtypes 0.7 takes about a second to import
-    (numpy's ufunc loop registration, quadratic in its many types), which every rank would pay at start."""
-    global _BF16
-    if _BF16 is None:
-        import ml_dtypes
-        _BF16 = np.dtype(ml_dtypes.bfloat16)
-    return _BF16
+    """numpy's bfloat16 (ml_dtypes'), imported at first use (see ml_dtype)."""
+    return ml_dtype("bfloat16")
 
 
 def is_bfloat16(dtype: Any) -> bool:
@@ -41,18 +51,38 @@ def is_bfloat16(dtype: Any) -> bool:
     return "ml_dtypes" in sys.modules and dtype == bfloat16_dtype()
 
 
-_NAMES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
-_PLAIN = {name: np.dtype(name) for name in _NAMES if name != "bfloat16"}
+def fp8_name(dtype: Any) -> Optional[str]:
+    """'float8_e4m3fn' or 'float8_e5m2' for those dtypes, else None (without importing ml_dtypes)."""
+    if "ml_dtypes" not in sys.modules or getattr(dtype, "itemsize", 0) != 1:
+        return None
+    for name in FP8_NAMES:
+        if dtype == ml_dtype(name):
+            return name
+    return None
+
+
+def is_fp8(dtype: Any) -> bool:
+    return fp8_name(dtype) is not None
+
+
+def _ml_kind(dtype: Any) -> bool:
+    """bfloat16 or a float8 (all of them floating)."""
+    return dtype_name(dtype) in ML_NAMES
+
+
+_NAMES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64",
+          "float8_e4m3fn", "float8_e5m2")
+_PLAIN = {name: np.dtype(name) for name in _NAMES if name not in ML_NAMES}
 _SUPPORTED_PLAIN = frozenset(_PLAIN.values())
 _FLOATING_PLAIN = frozenset(np.dtype(t) for t in (np.float16, np.float32, np.float64))
 
 
 class _Dtypes(Mapping):
-    """name -> numpy dtype of every supported datatype, in NCCL's order; bfloat16's made when read."""
+    """name -> numpy dtype of every supported datatype; ml_dtypes' (bfloat16, float8) made when read."""
 
     def __getitem__(self, name: str) -> np.dtype:
-        if name == "bfloat16":
-            return bfloat16_dtype()
+        if name in ML_NAMES:
+            return ml_dtype(name)
         return _PLAIN[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -70,21 +100,22 @@ DTYPES: Mapping[str, np.dtype] = _Dtypes()
 
 
 def supported(dtype: Any) -> bool:
-    return dtype in _SUPPORTED_PLAIN or is_bfloat16(dtype)
+    return dtype in _SUPPORTED_PLAIN or _ml_kind(dtype)
 
 
 def floating(dtype: Any) -> bool:
-    return dtype in _FLOATING_PLAIN or is_bfloat16(dtype)
+    return dtype in _FLOATING_PLAIN or _ml_kind(dtype)
 
 
 def __getattr__(name: str) -> Any:
-    """bfloat16, SUPPORTED and FLOATING (sets with bfloat16 in them) import ml_dtypes when first read."""
-    if name == "bfloat16":
-        return bfloat16_dtype()
+    """bfloat16, float8_e4m3fn, float8_e5m2, SUPPORTED and FLOATING (sets with them in) import ml_dtypes
+    when first read."""
+    if name in ML_NAMES:
+        return ml_dtype(name)
     if name == "SUPPORTED":
-        return _SUPPORTED_PLAIN | {bfloat16_dtype()}
+        return _SUPPORTED_PLAIN | {ml_dtype(n) for n in ML_NAMES}
     if name == "FLOATING":
-        return _FLOATING_PLAIN | {bfloat16_dtype()}
+        return _FLOATING_PLAIN | {ml_dtype(n) for n in ML_NAMES}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -120,4 +151,9 @@ def check_op_dtype(op: ReduceOp, dtype: np.dtype, argument: str = "op") -> None:
 
 
 def dtype_name(dtype: np.dtype) -> str:
-    return "bfloat16" if is_bfloat16(dtype) else str(dtype)
+    """The registry's name of a dtype (ml_dtypes' types by their names, not numpy's void spelling)."""
+    if "ml_dtypes" in sys.modules and getattr(dtype, "itemsize", 0) in (1, 2) and dtype not in _SUPPORTED_PLAIN:
+        for name in ML_NAMES:
+            if dtype == ml_dtype(name):
+                return name
+    return str(dtype)

@@ -25,7 +25,7 @@ from .. import config, log
 from ..host import hotcalls
 from ..observe import check
 from ..runtime import failures
-from . import lifecycle, p2p, vcolls
+from . import fp8, lifecycle, p2p, vcolls
 from ..algorithms import Layout
 from ..bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
@@ -459,8 +459,12 @@ class Communicator:
         return True
 
     # ----- collectives -----------------------------------------------------------------------------
-    def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None) -> Any:
-        """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None."""
+    def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None,
+                   dtype: Any = None) -> Any:
+        """recvbuf = sendbuf reduced over all ranks; in place (into sendbuf) when recvbuf is None. ``dtype``
+        ('float8_e4m3fn' or 'float8_e5m2'): the float8 type 1-byte words (CuPy's uint8) hold."""
+        if dtype is not None:
+            return self._typed("all_reduce", sendbuf, recvbuf, op, -1, stream, dtype)
         if self._door is not None and self._door.fire(0, sendbuf, recvbuf, op, -1, stream):
             return sendbuf if recvbuf is None else recvbuf
         if self._front and self._front_door("all_reduce", sendbuf, recvbuf, False,
@@ -472,8 +476,11 @@ class Communicator:
         return self._call("all_reduce", sendbuf, recvbuf, op, -1, stream, key)
 
     def reduce(self, sendbuf: Any, recvbuf: Any = None, root: int = 0, op: OpLike = SUM, *,
-               stream: Any = None) -> Any:
-        """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only."""
+               stream: Any = None, dtype: Any = None) -> Any:
+        """The reduction over all ranks lands in recvbuf (or sendbuf, if None) on root only (``dtype``: as
+        all_reduce's)."""
+        if dtype is not None:
+            return self._typed("reduce", sendbuf, recvbuf, op, root, stream, dtype)
         if self._door is not None and self._door.fire(1, sendbuf, recvbuf, op, root, stream):
             return (sendbuf if recvbuf is None else recvbuf) if self.rank == root else recvbuf
         if (self._front and type(root) is int
@@ -509,8 +516,11 @@ class Communicator:
         return self._call("all_gather", sendbuf, recvbuf, None, -1, stream, key)
 
     def reduce_scatter(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *,
-                       stream: Any = None) -> Any:
-        """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks."""
+                       stream: Any = None, dtype: Any = None) -> Any:
+        """recvbuf (count) = block ``rank`` of sendbuf (size x count) reduced over all ranks (``dtype``: as
+        all_reduce's)."""
+        if dtype is not None:
+            return self._typed("reduce_scatter", sendbuf, recvbuf, op, -1, stream, dtype)
         if self._door is not None and self._door.fire(4, sendbuf, recvbuf, op, -1, stream):
             return recvbuf
         if self._front and self._front_door("reduce_scatter", sendbuf, recvbuf, True,
@@ -532,9 +542,15 @@ class Communicator:
             return recvbuf
         return self._call("all_to_all", sendbuf, recvbuf, None, -1, stream, key)
 
-    def _call(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any, key: Any) -> Any:
+    def _typed(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any, dtype: Any) -> Any:
+        """A reduction given its float8 ``dtype``: no front door, no snapshot (hpccl/core/fp8.py)."""
+        self._alive(coll)
+        return self._call(coll, sendbuf, recvbuf, op, root, stream, None, dtype)
+
+    def _call(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any, key: Any,
+              dtype: Any = None) -> Any:
         """Validate by the collective's Spec (frontend.py), submit the Call, return the user's result."""
-        call, result = validate(self, coll, sendbuf, recvbuf, op, root, stream, key)
+        call, result = validate(self, coll, sendbuf, recvbuf, op, root, stream, key, dtype)
         if call is not None:
             self._submit(call)
         return result
@@ -565,9 +581,11 @@ class Communicator:
         return vcolls.all_gather_v(self, sendbuf, recvbuf, recvcounts, displs, stream)
 
     def reduce_scatter_v(self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int], op: OpLike = SUM, *,
-                         stream: Any = None) -> Any:
+                         stream: Any = None, dtype: Any = None) -> Any:
         """MPI_Reduce_scatter: block j of every rank's sendbuf (recvcounts[j] elements, packed in rank order)
-        reduced with op into rank j's recvbuf (recvcounts[j] elements)."""
+        reduced with op into rank j's recvbuf (recvcounts[j] elements); ``dtype``: as all_reduce's."""
+        if fp8.takes(sendbuf, dtype):
+            return fp8.reduce_scatter_v(self, sendbuf, recvbuf, recvcounts, op, stream, dtype)
         return vcolls.reduce_scatter_v(self, sendbuf, recvbuf, recvcounts, op, stream)
 
     # ----- host buffers every local peer maps (hpccl/host/host_alloc.py) ----------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
+from . import fp8
 from .call import Call
 from ..errors import HpcclInvalidArgument
 from ..memory import unalias
@@ -48,8 +49,9 @@ SPECS: Dict[str, Spec] = {
 
 
 def validate(comm: Any, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any,
-             key: Any) -> Tuple[Optional[Call], Any]:
-    """(the Call to run, or None when there is nothing to move; what the user's call returns)."""
+             key: Any, dtype: Any = None) -> Tuple[Optional[Call], Any]:
+    """(the Call to run, or None when there is nothing to move; what the user's call returns). ``dtype``: a
+    reduction's float8 type for buffers of 1-byte words (CuPy has no float8)."""
     spec = SPECS[coll]
     n = comm.size
     if spec.rooted:
@@ -58,8 +60,10 @@ def validate(comm: Any, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: in
         op = as_op(op)
     m = comm._memory(sendbuf, coll)
     send, shaped = m.view(sendbuf, spec.in_name)
+    f8 = None
     if spec.reduces:
-        check_op_dtype(op, m.dtype(send))
+        f8 = fp8.of(m, sendbuf, send, dtype)
+        check_op_dtype(op, f8 if f8 is not None else m.dtype(send))
     if spec.divisible and send.size % n:
         raise HpcclInvalidArgument(spec.in_name, f"has {send.size} elements, not a multiple of the "
                                                  f"communicator size {n}")
@@ -86,5 +90,6 @@ def validate(comm: Any, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: in
         send, key = unalias(m, send, recv, st, key, block=comm.rank if spec.block else None)
     finish = recv if spec.reduces and op is AVG and not silent else None
     nbytes = recv.nbytes if coll == "all_gather" else send.nbytes
-    return Call(coll, m, st, nbytes, spec.args(send, recv, root, op), op=op if spec.reduces else None,
-                finish=finish, key=key), result
+    call = Call(coll, m, st, nbytes, spec.args(send, recv, root, op), op=op if spec.reduces else None,
+                finish=finish, key=key)
+    return (call if f8 is None else fp8.wrap(call, f8)), result

@@ -8,7 +8,7 @@ from typing import Any, Tuple
 import numpy as np
 
 from ..errors import HpcclInvalidArgument
-from ..ops import bfloat16_dtype, check_dtype
+from ..ops import FP8_NAMES, bfloat16_dtype, check_dtype, ml_dtype
 
 HOST, CUDA = "host", "cuda"
 _KIND_BY_TYPE = {np.ndarray: HOST}
@@ -32,6 +32,9 @@ def _torch_cpu(obj: Any) -> np.ndarray:
     import torch
     if obj.dtype == torch.bfloat16:
         return obj.detach().view(torch.int16).numpy().view(bfloat16_dtype())
+    name = str(obj.dtype)[6:]  # numpy has no view of torch's float8: the bytes seen as ml_dtypes' type
+    if name in FP8_NAMES:
+        return obj.detach().view(torch.uint8).numpy().view(ml_dtype(name))
     return obj.detach().numpy()
 
 
