@@ -198,6 +198,50 @@ __device__ __forceinline__ unsigned short hp_f2bf(float f) {
   return h;
 }
 
+#define HP_HD __host__ __device__ __forceinline__
+// ---- float8 <-> float32 (begin) ----
+// Plain C on purpose: tests/test_fp8_units.py compiles this block on the host (HP_HD empty) and checks it
+// against ml_dtypes. e5m2 == 0: float8_e4m3fn (bias 7, 3 mantissa bits, no infinity, NaN S.1111.111);
+// e5m2 == 1: float8_e5m2 (bias 15, 2 mantissa bits, IEEE-like). Widening is exact (NaN becomes the quiet
+// NaN of its sign); narrowing rounds to nearest even, and a result past the largest finite value is NaN
+// (e4m3fn) or infinity (e5m2), NaN is S.1111.111 or S.11111.10: ml_dtypes' conversions, bit for bit.
+HP_HD unsigned int hp_fp8_to_f32(unsigned int b, int e5m2) {
+  unsigned int s = (b & 0x80u) << 24, m = e5m2 ? 2u : 3u, bias = e5m2 ? 15u : 7u;
+  unsigned int e = (b & 0x7fu) >> m, f = b & ((1u << m) - 1u);
+  if (e5m2 ? (e == 31u && f != 0u) : (b & 0x7fu) == 0x7fu) return s | 0x7fc00000u;
+  if (e5m2 && e == 31u) return s | 0x7f800000u;
+  if (e == 0u) {
+    if (f == 0u) return s;
+    e = 1u;
+    while (!(f & (1u << m))) {  // a subnormal: normalised (every one is a normal float32)
+      f <<= 1;
+      e--;
+    }
+    f &= (1u << m) - 1u;
+  }
+  return s | ((e + 127u - bias) << 23) | (f << (23u - m));
+}
+
+HP_HD unsigned int hp_f32_to_fp8(unsigned int x, int e5m2) {
+  unsigned int s = (x >> 24) & 0x80u, a = x & 0x7fffffffu, m = e5m2 ? 2u : 3u;
+  int bias = e5m2 ? 15 : 7;
+  unsigned int top = e5m2 ? 0x7cu : 0x7fu;  // the first code past the largest finite value
+  unsigned int r, sh, f;
+  if (a > 0x7f800000u) return s | (e5m2 ? 0x7eu : 0x7fu);
+  int e = (int)(a >> 23) - 127;  // float32 subnormals (-127) lie far below float8's smallest step
+  if (e >= 1 - bias) {  // a normal float8, or past the largest: round the float32 bits
+    sh = 23u - m;
+    r = ((a + (1u << (sh - 1u)) - 1u + ((a >> sh) & 1u)) >> sh) - ((unsigned int)(127 - bias) << m);
+  } else {  // a subnormal float8: the significand in units of the smallest step
+    sh = 23u - m + (unsigned int)(1 - bias - e);
+    if (sh > 24u) return s;  // below half a step
+    f = (a & 0x7fffffu) | 0x800000u;
+    r = (f + (1u << (sh - 1u)) - 1u + ((f >> sh) & 1u)) >> sh;
+  }
+  return s | (r >= top ? top : r);
+}
+// ---- float8 <-> float32 (end) ----
+
 template <typename S, typename A, typename U, int KIND>
 struct DtBase {
   typedef S T;    // storage

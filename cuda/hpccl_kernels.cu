@@ -740,6 +740,20 @@ __global__ void __launch_bounds__(512) hp_scale_local(char* buf, u64 n, int nran
     d[i] = hp_store<DT>(hp_finish<DT, 4>(hp_load<DT>(d[i]), nranks));
 }
 
+// float8 reductions run in float32 (hpccl/core/fp8.py): the input widened, the float32 result rounded once
+// (e5m2: 0 float8_e4m3fn, 1 float8_e5m2).
+extern "C" __global__ void __launch_bounds__(512) hp_fp8_widen(float* dst, const unsigned char* src, u64 n,
+                                                              int e5m2) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    dst[i] = __uint_as_float(hp_fp8_to_f32(src[i], e5m2));
+}
+
+extern "C" __global__ void __launch_bounds__(512) hp_fp8_narrow(unsigned char* dst, const float* src, u64 n,
+                                                               int e5m2) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    dst[i] = (unsigned char)hp_f32_to_fp8(__float_as_uint(src[i]), e5m2);
+}
+
 // What a network step received (n bytes at got) combined into out by one block: out = src OP got, or
 // (OP == 5) a copy. The block has seen the step's done word (after a system fence).
 template <int DT, int OP>

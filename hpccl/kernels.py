@@ -34,6 +34,8 @@ FLAG_WORDS = CTR_REG + MAX_BLOCKS
 DTYPE_IDS: Dict[str, int] = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5,
                              "float16": 6, "bfloat16": 7, "float32": 8, "float64": 9}
 FLOAT_IDS = {6, 7, 8, 9}
+#: the modules a float8 type's calls use: its words move as uint8, its reductions run in float32
+FP8_MODULES: Dict[str, Tuple[str, str]] = {"float8_e4m3fn": ("uint8", "float32"), "float8_e5m2": ("uint8", "float32")}
 #: ReduceOp value -> id used as the OP template argument
 OP_IDS: Dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
@@ -145,6 +147,9 @@ class Kernels:
         seconds while the peers' HPCCL_TIMEOUT runs (docs/RELIABILITY.md, "A peer is late or stopped")."""
         ids = []
         for d in dtypes:
+            if d in FP8_MODULES:  # float8 moves as uint8 words and reduces in float32 (hpccl/core/fp8.py)
+                ids += [DTYPE_IDS[m] for m in FP8_MODULES[d]]
+                continue
             if d not in DTYPE_IDS:
                 raise HpcclInvalidArgument("dtypes", f"{d!r} is not one of {', '.join(DTYPE_IDS)}")
             ids.append(DTYPE_IDS[d])

@@ -10,7 +10,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ..errors import HpcclInvalidArgument
-from ..ops import bfloat16_dtype, check_dtype, dtype_name, is_bfloat16
+from ..ops import FP8_NAMES, bfloat16_dtype, check_dtype, dtype_name, is_bfloat16, is_fp8, ml_dtype
 
 
 class DevBuf(NamedTuple):
@@ -73,6 +73,8 @@ def device_view(obj: Any, name: str) -> DevBuf:
         dt = _torch_dtypes().get(obj.dtype)
         if dt is None and str(obj.dtype) == "torch.bfloat16":
             dt = bfloat16_dtype()
+        if dt is None and str(obj.dtype)[6:] in FP8_NAMES:
+            dt = ml_dtype(str(obj.dtype)[6:])
         if dt is None:
             raise HpcclInvalidArgument(name, f"torch dtype {obj.dtype} is not supported")
         return DevBuf(obj.data_ptr(), obj.numel(), dt, dt.itemsize, obj.device.index, "torch", obj)
@@ -190,12 +192,13 @@ class DeviceAlloc:
 # view is unambiguous; dtype() gives the real dtype back.
 
 _U16 = np.dtype(np.uint16)
+_U8 = np.dtype(np.uint8)  # a float8 tensor's view: its bytes move as they are; reductions ask fp8_of
 
 
 def _cupy_from_ptr(ptr: int, count: int, dtype: np.dtype, device: int, owner: Any) -> Any:
     """A flat CuPy array over memory another library owns (kept alive through ``owner``)."""
     import cupy
-    cdt = _U16 if is_bfloat16(dtype) else dtype
+    cdt = _U16 if is_bfloat16(dtype) else _U8 if is_fp8(dtype) else dtype
     if count == 0:
         with cupy.cuda.Device(device):
             return cupy.empty(0, dtype=cdt)
@@ -385,6 +388,22 @@ class DeviceMemory:
             self._run(f"hp_scale_local<{dt}>", dt, buf.size,
                       [ctypes.c_uint64(buf.data.ptr), ctypes.c_uint64(buf.size), ctypes.c_int(nranks)])
         self._done()
+
+    @staticmethod
+    def fp8_of(obj: Any) -> Optional[np.dtype]:
+        """The float8 type of a torch float8 tensor (its flat view is uint8), else None."""
+        name = str(getattr(obj, "dtype", ""))[6:]
+        return ml_dtype(name) if name in FP8_NAMES and type(obj).__module__.startswith("torch") else None
+
+    def fp8_convert(self, dst: Any, src: Any, name: str, widen: bool, stream: int) -> None:
+        """On ``stream``: dst (float32) = src (float8 words) widened, or dst (float8 words) = src (float32)
+        rounded once (cuda/hpccl_kernels.cu hp_fp8_widen / hp_fp8_narrow)."""
+        import ctypes
+        n = dst.size
+        if n:
+            self._run("hp_fp8_widen" if widen else "hp_fp8_narrow", None, n,
+                      [ctypes.c_uint64(dst.data.ptr), ctypes.c_uint64(src.data.ptr), ctypes.c_uint64(n),
+                       ctypes.c_int(FP8_NAMES.index(name))], stream)
 
     def finish(self, buf: Any, op: Any, nranks: int) -> None:
         from ..ops import AVG

@@ -67,6 +67,26 @@ try:
 except (RuntimeError, ValueError) as exc:
     check("unsupported op raises, naming op", "op" in str(exc))
 
+# float8: reduced in float32 and rounded once (a float64 sum of these small values, rounded once, is the same);
+# all_gather_into_tensor of float8 tensors, and of their uint8 views as FSDP2's float8 all-gather passes them
+for f8 in (torch.float8_e4m3fn, torch.float8_e5m2):
+    for rop, fold in ((dist.ReduceOp.SUM, sum), (dist.ReduceOp.MAX, lambda xs: torch.stack(list(xs)).amax(0)),
+                      (dist.ReduceOp.AVG, lambda xs: sum(xs) / n)):
+        t = data(rank).to(f8)
+        dist.all_reduce(t, op=rop)
+        want = fold(data(r).to(f8).double() for r in range(n)).to(f8)
+        check(f"all_reduce {f8} {rop}", torch.equal(t.view(torch.uint8), want.view(torch.uint8)))
+    gathered = torch.empty(n * 5, dtype=f8)
+    dist.all_gather_into_tensor(gathered, data(rank).to(f8))
+    words = torch.empty(n * 5, dtype=torch.uint8)
+    dist.all_gather_into_tensor(words, data(rank).to(f8).view(torch.uint8))
+    want = torch.cat([data(r).to(f8) for r in range(n)]).view(torch.uint8)
+    check(f"all_gather_into_tensor {f8}", torch.equal(gathered.view(torch.uint8), want) and torch.equal(words, want))
+    out = torch.empty(5, dtype=f8)
+    dist.reduce_scatter_tensor(out, torch.cat([data(rank) * (p + 1) for p in range(n)]).to(f8))
+    want = sum(torch.cat([data(r) * (p + 1) for p in range(n)]).to(f8).double() for r in range(n))
+    check(f"reduce_scatter_tensor {f8}", torch.equal(out.view(torch.uint8), want[5 * rank:5 * rank + 5].to(f8).view(torch.uint8)))
+
 outs = [torch.zeros(5) for _ in range(n)]
 dist.all_gather(outs, data(rank))
 check("all_gather", all(torch.equal(outs[r], data(r)) for r in range(n)))
