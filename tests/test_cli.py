@@ -15,7 +15,8 @@ def test_perf_sweep_checks_every_collective(tmp_path):
     out = proc.stdout
     assert "# Out of bounds values : 0 OK" in out
     assert "mem host (alloc_host)" in out  # the default host buffers
-    colls = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter"}
+    colls = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter",
+             "all_gather_v", "reduce_scatter_v"}
     for coll in colls:
         assert f"# {coll}" in out
     data = json.loads(js.read_text())
@@ -42,6 +43,25 @@ def test_perf_private_host_buffers_past_the_direct_threshold():
                        "-e", "1M", "-f", "4", "--check", "--host-alloc", "numpy", "-n", "3"], timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:]
     assert "mem host, check on" in proc.stdout and "Out of bounds values : 0 OK" in proc.stdout
+
+
+def test_perf_uneven_collectives_every_schedule_against_mpi():
+    """all_gather_v and reduce_scatter_v (rank r's block (r + 1) units) on each schedule, checked, with
+    MPI_Allgatherv / MPI_Reduce_scatter timed beside them; one node, then every rank its own emulated node."""
+    for env in ({}, {"HPCCL_NODE_ID": "split:1"}):
+        proc = run_mpi(3, ["-m", "hpccl.cli.perf", "all_gather_v", "reduce_scatter_v", "gather", "scatter", "-b", "8",
+                           "-e", "8K", "-f", "32", "--check", "--compare", "mpi", "--algo", "direct,ring,tree",
+                           "-n", "3", "-w", "1"], env=env, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        out = proc.stdout
+        assert "Out of bounds values : 0 OK" in out
+        for head in ("all_gather_v algo direct", "all_gather_v algo ring", "reduce_scatter_v algo ring",
+                     "gather algo tree", "scatter algo direct"):
+            assert f"# {head}" in out, head
+        rows = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("#") and "|" in ln]
+        assert rows and all(re.search(r"\|\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+$", ln) for ln in rows), rows
+        # 8K bytes over units of 6 (3 ranks: 1 + 2 + 3) elements of 4 bytes: 341 units, 2046 elements
+        assert re.search(r"^\s+8184\s+2046\s+float32\s+sum\s+-1", out, re.M), out[-2000:]
 
 
 def test_perf_rejects_bad_root():

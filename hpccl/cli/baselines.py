@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -23,11 +23,19 @@ class MpiBaseline:
         self.MPI, self.comm = MPI, mpi_comm
         self.ops = {SUM: MPI.SUM, PROD: MPI.PROD, MIN: MPI.MIN, MAX: MPI.MAX}
 
-    def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int) -> Runner:
+    def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int,
+               counts: Optional[Sequence[int]] = None) -> Runner:
+        """``counts``: every rank's block of the uneven collectives (MPI_Allgatherv, MPI_Reduce_scatter)."""
         c = self.comm
         if op is AVG or send.dtype.kind == "V":  # MPI has no avg and no bfloat16
             return None
         mop = self.ops[op]
+        if coll in ("all_gather_v", "reduce_scatter_v"):
+            cs = list(counts)
+            if coll == "reduce_scatter_v":
+                return lambda: c.Reduce_scatter(send, recv, cs, op=mop)
+            spec = [recv, cs, [sum(cs[:j]) for j in range(len(cs))], self.MPI._typedict[recv.dtype.char]]
+            return lambda: c.Allgatherv(send, spec)
         table = {
             "all_reduce": lambda: c.Allreduce(send, recv, op=mop),
             "all_gather": lambda: c.Allgather(send, recv),
@@ -72,7 +80,8 @@ class GlooBaseline:
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(a)
 
-    def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int) -> Runner:
+    def runner(self, coll: str, send: np.ndarray, recv: np.ndarray, op: ReduceOp, root: int,
+               counts: Optional[Sequence[int]] = None) -> Runner:
         dist = self.dist
         if op is AVG or send.dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
             return None

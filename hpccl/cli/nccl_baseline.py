@@ -102,9 +102,16 @@ class NcclBaseline:
         self.mc = mpi_comm
         self.nc = nccl_comm(mpi_comm)
 
-    def runner(self, coll: str, send: Any, recv: Any, op: Any, root: int):
+    def lacks(self, coll: str) -> Optional[str]:
+        """Why NCCL has no row for ``coll``, or None."""
+        if coll in COLLECTIVES:
+            return None
+        return (f"NCCL has no {coll} call (only grouped send/recv, which is not the library's own "
+                f"collective): n/a below")
+
+    def runner(self, coll: str, send: Any, recv: Any, op: Any, root: int, counts: Any = None):
         if coll not in COLLECTIVES:
-            return None  # NCCL has no all_to_all call (only grouped send/recv)
+            return None  # see lacks()
         import cupy
         from ..memory.cuda import device_view
         s, r = device_view(send, "send"), device_view(recv, "recv")

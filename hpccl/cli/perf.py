@@ -125,7 +125,8 @@ class _Mem:
             self.cp.cuda.get_current_stream().synchronize()
 
 
-def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int) -> Callable[[], None]:
+def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int,
+                  counts: Any = None) -> Callable[[], None]:
     if coll == "all_reduce":
         return lambda: comm.all_reduce(send, recv, op)
     if coll == "all_gather":
@@ -142,6 +143,10 @@ def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int) -> Calla
         return lambda: comm.gather(send, recv, root)
     if coll == "scatter":
         return lambda: comm.scatter(send, recv, root)
+    if coll == "all_gather_v":
+        return lambda: comm.all_gather_v(send, recv, counts)
+    if coll == "reduce_scatter_v":
+        return lambda: comm.reduce_scatter_v(send, recv, counts, op)
     raise ValueError(coll)
 
 
@@ -205,10 +210,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                    f"{'algbw':>7} {'busbw':>7} {'#wrong':>6}"
             for lib in libs:
                 head += f" | {lib + ' us':>10} {lib + ' busbw':>11} {'ratio':>6}"
-            say(f"#\n# {coll}{' algo ' + algo if algo else ''}\n#{head[1:]}")
+            say(f"#\n# {coll}{' algo ' + algo if algo else ''}")
+            for name, lib in libs.items():
+                why = getattr(lib, "lacks", lambda c: None)(coll)
+                if why:
+                    say(f"# {name}: {why}")
+            say(f"#{head[1:]}")
             busbws = []
             for size in _sizes(_size(a.minbytes), _size(a.maxbytes), a.stepfactor):
-                wl = workload(coll, size, dtype.itemsize, n)
+                wl = workload(coll, size, dtype.itemsize, n, rank)
                 if wl.count == 0 and size:
                     continue
                 send = mem.put(fill(wl.send_count, dtype, rank, op))
@@ -217,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     other = mem.put(fill(wl.recv_count, dtype, rank, op))
                     recv = other if rank != a.root else recv
                 it = _iters(wl.size, a.iters)
-                run = _hpccl_runner(comm, coll, send, recv, op, a.root)
+                run = _hpccl_runner(comm, coll, send, recv, op, a.root, wl.counts)
                 t = _time(run, it, a.warmup, world, mem)
                 if a.mem == "cuda":
                     comm.synchronize()  # a GPU call that failed asynchronously raises here, named
@@ -243,7 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     brecv = bmem.empty(wl.recv_count, dtype)
                     if coll == "broadcast":
                         brecv = bsend if rank == a.root else brecv
-                    brun = lib.runner(coll, bsend, brecv, op, a.root)
+                    brun = lib.runner(coll, bsend, brecv, op, a.root, counts=wl.counts)
                     if brun is None or wl.count == 0:
                         line += f" | {'n/a':>10} {'n/a':>11} {'':>6}"
                         continue

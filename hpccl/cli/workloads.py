@@ -3,19 +3,24 @@ expected result, shared by hpccl-perf's timing, its --check and the baselines.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 
 from ..ops import AVG, MAX, MIN, PROD, SUM, UFUNC, ReduceOp, floating
 
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "gather", "scatter",
+               "all_gather_v", "reduce_scatter_v")
+#: uneven blocks: rank r's block is (r + 1) units, a unit being size / (n (n + 1) / 2) elements
+UNEVEN = ("all_gather_v", "reduce_scatter_v")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """``size`` is the bytes of the full buffer as nccl-tests report it; ``count`` its elements."""
+    """``size`` is the bytes of the full buffer as nccl-tests report it; ``count`` its elements;
+    ``counts`` every rank's block (the uneven collectives; None for the others); send and receive counts are
+    the calling rank's."""
 
     coll: str
     size: int
@@ -23,10 +28,19 @@ class Workload:
     send_count: int
     recv_count: int
     busbw_factor: float
+    counts: Optional[Tuple[int, ...]] = None
 
 
-def workload(coll: str, size: int, itemsize: int, n: int) -> Workload:
-    """Round size down to whole elements (and whole blocks of n for the per-rank collectives)."""
+def workload(coll: str, size: int, itemsize: int, n: int, rank: int = 0) -> Workload:
+    """Round size down to whole elements (and whole blocks of n for the per-rank collectives, whole units
+    of n (n + 1) / 2 for the uneven ones)."""
+    if coll in UNEVEN:
+        unit = size // itemsize // (n * (n + 1) // 2)
+        counts = tuple((q + 1) * unit for q in range(n))
+        count = sum(counts)
+        fac = (n - 1) / n if n > 1 else 1.0
+        send, recv = (counts[rank], count) if coll == "all_gather_v" else (count, counts[rank])
+        return Workload(coll, count * itemsize, count, send, recv, fac, counts)
     per_rank = coll in ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
     unit = itemsize * (n if per_rank else 1)
     count = (size // unit) * (n if per_rank else 1)
@@ -51,8 +65,10 @@ def fill(count: int, dtype: np.dtype, rank: int, op: ReduceOp, salt: int = 0) ->
 
 def expected(wl: Workload, dtype: np.dtype, op: ReduceOp, n: int, rank: int, root: int) -> np.ndarray:
     """The result rank ``rank`` must hold, computed with numpy from every rank's inputs."""
+    if wl.coll == "all_gather_v":
+        return np.concatenate([fill(c, dtype, q, op) for q, c in enumerate(wl.counts)])
     ins = [fill(wl.send_count, dtype, q, op) for q in range(n)]
-    if wl.coll in ("all_reduce", "reduce", "reduce_scatter"):
+    if wl.coll in ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_v"):
         acc = ins[0].astype(np.float64 if floating(dtype) else dtype)
         for x in ins[1:]:
             acc = UFUNC[op](acc, x.astype(acc.dtype))
@@ -62,6 +78,9 @@ def expected(wl: Workload, dtype: np.dtype, op: ReduceOp, n: int, rank: int, roo
         if wl.coll == "reduce_scatter":
             c = wl.recv_count
             out = out[rank * c:(rank + 1) * c]
+        elif wl.coll == "reduce_scatter_v":
+            at = sum(wl.counts[:rank])
+            out = out[at:at + wl.counts[rank]]
         return out
     if wl.coll == "broadcast":
         return ins[root]

@@ -40,7 +40,7 @@ def _even(n: int, c: int) -> Blocks:
 def _planned(comm: Any, coll: str, args: tuple, blocks: Blocks, op: Any = None, finish: Any = None) -> None:
     """A validated host call run by its plan; nothing moves when every block is empty (on every rank)."""
     nbytes = sum(c for _, c in blocks) * args[0].itemsize
-    if nbytes:
+    if nbytes and not (comm._front and vpad.front(comm, coll, args, nbytes)):
         comm._run(Call(coll, host, None, nbytes, args, op=op, finish=finish, fn=_host))
 
 
@@ -86,8 +86,8 @@ def gather(comm: Any, sendbuf: Any, recvbuf: Any, root: int, stream: Any) -> Any
         m = comm._memory(sendbuf, "gather")
         send, _ = m.view(sendbuf, "sendbuf")
         if _host_now(comm, m):
-            _planned(comm, "gather", (send, send[:0], _even(comm.size, send.size), root),
-                     _even(comm.size, send.size))
+            blocks = _even(comm.size, send.size)
+            _planned(comm, "gather", (send, send[:0], blocks, root), blocks)
         else:
             _go(comm, [("send", root, send, m, m.stream(stream, sendbuf))], "gather")
         return None
@@ -121,8 +121,8 @@ def scatter(comm: Any, sendbuf: Any, recvbuf: Any, root: int, stream: Any) -> An
         recv, _ = m.view(recvbuf, "recvbuf")
         m.writable(recv, "recvbuf")
         if _host_now(comm, m):
-            _planned(comm, "scatter", (recv[:0], recv, _even(comm.size, recv.size), root),
-                     _even(comm.size, recv.size))
+            blocks = _even(comm.size, recv.size)
+            _planned(comm, "scatter", (recv[:0], recv, blocks, root), blocks)
         else:
             _go(comm, [("recv", root, recv, m, m.stream(stream, recvbuf))], "scatter")
         return recvbuf

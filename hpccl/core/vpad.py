@@ -1,56 +1,87 @@
 """gather, scatter, all_gather_v and reduce_scatter_v on one node's compiled hot path: blocks padded to the
 largest, run as the hot path's all_gather, broadcast or reduce_scatter (hpccl/host/hotcalls.py), so a small
 call costs what the compiled collective does, not a group of messages through Python. Declines (the plan's
-schedule runs instead) where padding would move more than twice the bytes of a call above PAD_SLACK, or the
-padded call is larger than the hot path takes; every rank declines alike (counts and sizes agree)."""
+schedule runs instead) above PAD_MAX padded bytes, where padding would more than double a call's bytes
+(beyond PAD_SLACK), or where the hot path does not take the padded call; every rank declines alike (counts
+and sizes agree)."""
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
+from typing import Any, Callable, Sequence, Tuple
 
 import numpy as np
 
-from .. import config
+from ..errors import HpcclError
 from ..host import hotcalls
 from ..memory import host
+from ..memory.interop import HOST
 from .call import Call
+from .planner import HOT, PADDED
 
 PAD_SLACK = 16 << 10  # bytes of padding any call may add
+PAD_MAX = 64 << 10  # padded bytes above which the schedules (no extra copies, no extra bytes) measured faster
 _SLOT_IN, _SLOT_OUT = 6, 7  # scratch slots of the communicator's host primitives
 
 
-def _fits(padded: int, total: int) -> bool:
-    return padded <= config.get("HPCCL_HOT_SIZE") and (padded <= 2 * total or padded - total <= PAD_SLACK)
-
-
-def _hot(comm: Any, coll: str, nbytes: int, args: tuple) -> bool:
-    return hotcalls.run(comm, Call(coll, host, None, nbytes, args))
-
-
 def run(comm: Any, call: Call) -> bool:
-    """Run a validated host gather/scatter/v call padded on the hot path; False when it declines."""
-    coll, a = call.coll, call.args
+    """Run a validated host gather/scatter/v call (inside Communicator._run) padded on the hot path; False
+    when it declines."""
+    def hot(coll: str, nbytes: int, args: tuple) -> bool:
+        return hotcalls.run(comm, Call(coll, host, None, nbytes, args))
+    return _padded(comm, call.coll, call.args, call.nbytes, hot)
+
+
+def front(comm: Any, coll: str, args: tuple, nbytes: int) -> bool:
+    """The same before Communicator._run, as the hot path's front door takes a call (no HPCCL_CHECK, dumps
+    or trace: the front door is open): the compiled call counts itself; False when it declines."""
+    base = PADDED[coll]
+    door = comm._front.get(base)
+    if door is None or comm._planner.plan(coll, nbytes, HOST).route != HOT:
+        return False
+
+    def hot(c: str, nb: int, a: tuple) -> bool:
+        if c == "broadcast":
+            rc = door.broadcast(a[0], None, a[2], comm._seq + 1)
+        elif c == "reduce_scatter":
+            rc = door.reduce_scatter(a[0], a[1], hotcalls.OPCODE[a[2]], comm._seq + 1)
+        else:
+            rc = door.all_gather(a[0], a[1], comm._seq + 1)
+        if rc < 0:
+            return False
+        comm._seq += 1
+        if rc:
+            hotcalls.wait(comm, door, c)
+        return True
+    try:
+        return _padded(comm, coll, args, nbytes, hot)
+    except (HpcclError, OSError) as exc:
+        comm._seq += 1
+        hotcalls.failed(comm, hotcalls.error(exc), base)
+
+
+def _padded(comm: Any, coll: str, a: tuple, nbytes: int, hot: Callable[[str, int, tuple], bool]) -> bool:
     send, recv, blocks = a[0], a[1], a[2]
     n, r = comm.size, comm.rank
     big = max(c for _, c in blocks)
     isz = send.itemsize
-    if not _fits(n * big * isz, call.nbytes):
+    padded = n * big * isz
+    if padded > PAD_MAX or (padded > 2 * nbytes and padded - nbytes > PAD_SLACK):
         return False
     p = comm._prim
     if coll == "gather":
         root = a[3]
         out = recv if r == root else p.scratch(n * big, send.dtype, _SLOT_OUT)
-        return _hot(comm, "all_gather", n * big * isz, (send, out))
+        return hot("all_gather", n * big * isz, (send, out))
     if coll == "scatter":
         root = a[3]
         if r == root:
-            if not _hot(comm, "broadcast", n * big * isz, (send, send, root)):
+            if not hot("broadcast", n * big * isz, (send, send, root)):
                 return False
             o, c = blocks[r]
             if c and not np.shares_memory(recv, send[o:o + c]):
                 p.copy(recv, send[o:o + c])
             return True
         tmp = p.scratch(n * big, recv.dtype, _SLOT_OUT)
-        if not _hot(comm, "broadcast", n * big * isz, (tmp, tmp, root)):
+        if not hot("broadcast", n * big * isz, (tmp, tmp, root)):
             return False
         o, c = blocks[r]
         if c:
@@ -58,12 +89,12 @@ def run(comm: Any, call: Call) -> bool:
         return True
     if coll == "all_gather_v":
         if _packed(blocks, big):
-            return _hot(comm, "all_gather", n * big * isz, (send, recv))
+            return hot("all_gather", n * big * isz, (send, recv))
         mine = p.scratch(big, send.dtype, _SLOT_IN)
         if send.size:
             p.copy(mine[:send.size], send)
         out = p.scratch(n * big, send.dtype, _SLOT_OUT)
-        if not _hot(comm, "all_gather", n * big * isz, (mine, out)):
+        if not hot("all_gather", n * big * isz, (mine, out)):
             return False
         for j, (o, c) in enumerate(blocks):
             if c:
@@ -72,7 +103,7 @@ def run(comm: Any, call: Call) -> bool:
     # reduce_scatter_v
     op = a[3]
     if _packed(blocks, big):
-        return _hot(comm, "reduce_scatter", n * big * isz, (send, recv, op))
+        return hot("reduce_scatter", n * big * isz, (send, recv, op))
     padded = p.scratch(n * big, send.dtype, _SLOT_IN)
     for j, (o, c) in enumerate(blocks):
         if c:
@@ -80,7 +111,7 @@ def run(comm: Any, call: Call) -> bool:
         if c < big:
             padded[j * big + c:(j + 1) * big] = 0  # never read back; zeros keep the combine free of stale values
     out = p.scratch(big, send.dtype, _SLOT_OUT)
-    if not _hot(comm, "reduce_scatter", n * big * isz, (padded, out, op)):
+    if not hot("reduce_scatter", n * big * isz, (padded, out, op)):
         return False
     if recv.size:
         p.copy(recv, out[:recv.size])
