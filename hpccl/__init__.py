@@ -1,5 +1,6 @@
 """hpccl: collective communication for Python on HPC systems (the job NCCL does), bootstrapped by MPI."""
-from .core.comm import Communicator, init
+from .bootstrap.join import close_port, open_port
+from .core.comm import Communicator, init, join
 from .errors import (HpcclEnvironmentError, HpcclError, HpcclInvalidArgument, HpcclInvalidUsage,
                      HpcclRemoteError, HpcclSystemError, HpcclTimeoutError, HpcclUnsupported)
 from .ops import AVG, DTYPES, MAX, MIN, PROD, SUM, ReduceOp
@@ -7,7 +8,8 @@ from .ops import AVG, DTYPES, MAX, MIN, PROD, SUM, ReduceOp
 __version__ = "0.1.0"
 
 __all__ = [
-    "Communicator", "init", "ReduceOp", "SUM", "PROD", "MIN", "MAX", "AVG", "DTYPES", "bfloat16",
+    "Communicator", "init", "join", "open_port", "close_port",
+    "ReduceOp", "SUM", "PROD", "MIN", "MAX", "AVG", "DTYPES", "bfloat16",
     "float8_e4m3fn", "float8_e5m2",
     "HpcclError", "HpcclInvalidArgument", "HpcclInvalidUsage", "HpcclTimeoutError", "HpcclSystemError",
     "HpcclEnvironmentError", "HpcclUnsupported", "HpcclRemoteError", "__version__",

@@ -36,7 +36,7 @@ class HpcclTimeoutError(HpcclError, TimeoutError):
     code = 4
 
     def __init__(self, collective: str, seq: int, missing: Iterable[int], timeout: float,
-                 detail: str = "") -> None:
+                 detail: str = "", after: str = "the communicator is now aborted") -> None:
         self.collective = collective
         self.seq = seq
         self.missing = sorted(set(missing))
@@ -44,8 +44,7 @@ class HpcclTimeoutError(HpcclError, TimeoutError):
         extra = f" ({detail})" if detail else ""
         who = f"rank(s) {self.missing}" if self.missing else "rank(s) MPI cannot name"
         super().__init__(
-            f"{collective} #{seq} timed out after {timeout:g}s waiting for {who}{extra}; "
-            "the communicator is now aborted")
+            f"{collective} #{seq} timed out after {timeout:g}s waiting for {who}{extra}; {after}")
 
 
 class HpcclSystemError(HpcclError):

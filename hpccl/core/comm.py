@@ -25,7 +25,7 @@ from .. import config, log
 from ..host import hotcalls
 from ..observe import check
 from ..runtime import failures
-from . import fp8, lifecycle, p2p, vcolls
+from . import fp8, grow, lifecycle, p2p, vcolls
 from ..algorithms import Layout
 from ..bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
@@ -190,6 +190,14 @@ class Communicator:
         gone. Every surviving rank calls it with the same list; allowed on an aborted communicator (the
         usual way on after a failure). This communicator stays aborted or usable as it was: destroy it."""
         return lifecycle.shrink(self, exclude)
+
+    def grow(self, n_new: int, *, port: Optional[str] = None, store: Any = None,
+             key: str = "hpccl-grow") -> "Communicator":
+        """A new communicator of this one's ranks (in order) then ``n_new`` new processes that call
+        hpccl.join, like ncclCommGrow; collective over this communicator, which stays usable. Through an
+        MPI port (``port``: hpccl.open_port()'s name, rank 0's is used) or a store under ``key`` (default:
+        this communicator's store, when it was built over one). hpccl/core/grow.py."""
+        return grow.grow(self, n_new, port, store, key)
 
     def revoke(self) -> None:
         """Stop this communicator's work everywhere: mark it failed and tell every peer (their waits raise
@@ -667,3 +675,11 @@ class Communicator:
 def init(mpi_comm: Any = None, **kwargs: Any) -> Communicator:
     """A communicator over MPI.COMM_WORLD (or the given mpi4py communicator)."""
     return Communicator(mpi_comm, **kwargs)
+
+
+def join(*, port: Optional[str] = None, mpi_comm: Any = None, store: Any = None, rank: Optional[int] = None,
+         key: str = "hpccl-grow", node_id: Optional[str] = None) -> Communicator:
+    """New processes join a communicator whose ranks call grow: through ``port`` (collective over
+    ``mpi_comm``, default MPI.COMM_WORLD) or ``store`` (``rank``: this process's place among the new
+    ones, 0..n_new-1; ``key``: the grow's). Returns the grown communicator; hpccl/core/grow.py."""
+    return grow.join(Communicator, port, mpi_comm, store, rank, key, node_id)
