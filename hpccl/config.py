@@ -154,6 +154,34 @@ _param("HPCCL_NVTX", "auto", str.lower,
        "one a range records nothing), '1' on, '0' off. While on, GPU calls are not replayed from launch "
        "snapshots or recordings.",
        ("auto", "1", "0"))
+
+
+def _port(text: str) -> int:
+    """A TCP port, 1..65535 (0 or empty: none)."""
+    n = int(text.strip() or 0)
+    if not 0 <= n <= 65535:
+        raise ValueError(f"{n} is not a port (1..65535)")
+    return n
+
+
+def _interval(text: str) -> float:
+    n = float(text)
+    if not n > 0:
+        raise ValueError(f"{n} is not a positive number of seconds")
+    return n
+
+
+_param("HPCCL_METRICS_FILE", "", str,
+       "Prometheus metrics (hpccl/observe/metrics.py; needs the prometheus_client package): a folder where each "
+       "process writes hpccl-rank<R>.prom (R: its world rank) every HPCCL_METRICS_INTERVAL seconds and at exit, "
+       "atomically, for node-exporter's textfile collector; read it with hpccl-info --metrics FILE. Empty: no "
+       "file. With it or HPCCL_METRICS_PORT set, each call's latency is also counted in log2 buckets.")
+_param("HPCCL_METRICS_PORT", 0, _port,
+       "Prometheus metrics over HTTP: each process serves /metrics on this port plus its local rank (the "
+       "launcher's MPI_LOCALRANKID, OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or LOCAL_RANK; 0 without one). "
+       "0: no endpoint.")
+_param("HPCCL_METRICS_INTERVAL", 15.0, _interval,
+       "Seconds between two writes of the HPCCL_METRICS_FILE file.")
 _param("HPCCL_CHECK_ENV", True, _bool,
        "Check /dev/shm size, memlock and GPU peer access at init and say what to fix.")
 _param("HPCCL_CUDA_BUFFER_SIZE", 64 << 20, _size,

@@ -21,11 +21,11 @@ QUICK = (
     "tests/test_platform_guard.py", "tests/test_imports.py",
     # the node's host path: shared memory and the compiled hot path, under mpiexec
     "tests/test_multirank.py::test_suite[collectives-default-buffers-2]",
-    "tests/test_multirank.py::test_suite[errors-large-split-hotpath-frontdoor-trace-2]",
+    "tests/test_multirank.py::test_suite[errors-large-split-hotpath-frontdoor-trace-vcolls-metrics-2]",
     # the network: the engine, its compiled path across nodes, replays and lanes, the fallback to MPI
     "tests/net/test_engine_units.py", "tests/net/test_net_replay.py", "tests/net/test_engine_lanes.py",
     "tests/net/test_engine_fallback.py",  # no engine: MPI with one warning, hpccl-info's network path
-    "tests/test_multirank.py::test_suite[net-hot-2nodes-x1]",
+    "tests/test_multirank.py::test_suite[net-hot-metrics-2nodes-x1]",
     # the GPU side, as far as a machine without a GPU can check it
     "tests/test_netstep_slices.py", "tests/test_gpu_sync.py", "tests/test_cuda_sources.py::test_ctypes_mirror",
     # failures, observability, the command-line tools

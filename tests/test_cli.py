@@ -85,3 +85,39 @@ def test_perf_times_at_least_20_calls_per_size_unless_told():
     from hpccl.cli.perf import _iters
     assert _iters(64 << 20, 0) == 20 and _iters(1 << 20, 0) == 61 and _iters(8, 0) == 200
     assert _iters(64 << 20, 3) == 3
+
+
+_METRICS_JOB = """
+import numpy as np, hpccl
+c = hpccl.init()
+for _ in range(5):
+    c.all_reduce(np.ones(8, np.float64))
+c.broadcast(np.ones(100, np.uint8), 0)
+try:
+    c.broadcast(np.ones(4), root=7)
+except hpccl.HpcclInvalidArgument:
+    pass
+print("tag", c._rec.tag)
+"""
+
+
+def test_info_reads_metrics(tmp_path):
+    """hpccl-info --metrics reads the .prom files of a job run with HPCCL_METRICS_FILE (no MPI needed)."""
+    import subprocess
+    import sys
+    proc = run_mpi(2, ["-c", _METRICS_JOB], env={"HPCCL_METRICS_FILE": str(tmp_path)}, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    tag = re.search(r"tag (\w+)", proc.stdout).group(1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hpccl-rank0.prom", "hpccl-rank1.prom"]  # at exit
+    out = subprocess.run([sys.executable, "-m", "hpccl.cli.info", "--metrics", str(tmp_path)], text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120).stdout
+    for r in (0, 1):
+        assert f"communicator {tag} rank {r} of 2 (world rank {r}): calls in flight 0, peers lost 0" in out, out
+    ar = [ln.split() for ln in out.splitlines() if ln.split()[:1] == ["all_reduce"]]
+    assert len(ar) == 2 and all(int(f[4]) == 5 and int(f[5]) == 5 * 64 for f in ar), out  # calls, bytes
+    bc = [ln.split() for ln in out.splitlines() if ln.split()[:1] == ["broadcast"]]
+    assert len(bc) == 2 and all(int(f[4]) == 1 and int(f[5]) == 100 for f in bc), out
+    assert out.count("latency all_reduce (host, ") == 2 and out.count("errors: HpcclInvalidArgument 1") == 2, out
+    bad = subprocess.run([sys.executable, "-m", "hpccl.cli.info", "--metrics", str(tmp_path / "nothing")],
+                         text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert bad.returncode != 0 and "does not exist" in bad.stdout

@@ -19,7 +19,7 @@ CASES = [
     (4, "tests/mpi/mpi_hier_observe.py tests/mpi/mpi_alloc_host.py tests/mpi/mpi_vcolls.py",
      {"HPCCL_NODE_ID": "split:2"}, "hier-observe-alloc-vcolls-2nodes-x2"),
     (3, "tests/mpi/mpi_net_hot.py tests/mpi/mpi_vcolls.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-vcolls-3nodes-x1"),
-    (2, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-2nodes-x1"),
+    (2, "tests/mpi/mpi_net_hot.py tests/mpi/mpi_metrics.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-metrics-2nodes-x1"),
     (4, "tests/mpi/mpi_net_hot.py", {"HPCCL_NODE_ID": "split:1"}, "net-hot-4nodes-x1"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_TRANSPORT": "mpi"}, "collectives-mpi-transport-3"),
     (3, "tests/mpi/mpi_collectives.py", {"HPCCL_CHECK": "1"}, "collectives-checked-3"),  # no false alarm
@@ -27,8 +27,8 @@ CASES = [
     # suite file is a pytest module with its own communicator; the launch is what costs here)
     (1, "tests/mpi/mpi_errors.py tests/mpi/mpi_vcolls.py", {}, "errors-vcolls-1"),
     (2, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
-        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_trace.py tests/mpi/mpi_vcolls.py", {},
-     "errors-large-split-hotpath-frontdoor-trace-vcolls-2"),
+        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_trace.py tests/mpi/mpi_vcolls.py "
+        "tests/mpi/mpi_metrics.py", {}, "errors-large-split-hotpath-frontdoor-trace-vcolls-metrics-2"),
     (3, "tests/mpi/mpi_errors.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py tests/mpi/mpi_alloc_host.py "
         "tests/mpi/mpi_frontdoor.py tests/mpi/mpi_vcolls.py", {}, "errors-split-hotpath-frontdoor-vcolls-3"),
     (4, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "

@@ -31,7 +31,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--analyze", metavar="DIR",
                    help="read the flight-recorder dumps in DIR (HPCCL_DUMP_DIR of a failed job) and say "
                         "where each rank stopped; needs no MPI")
+    p.add_argument("--metrics", metavar="FILE|DIR|URL", nargs="?", const="",
+                   help="print hpccl's Prometheus metrics from a .prom file, a folder of them (HPCCL_METRICS_FILE) "
+                        "or an endpoint's URL (HPCCL_METRICS_PORT); alone, this environment's; needs no MPI")
     a = p.parse_args(argv)
+    if a.metrics is not None:
+        from hpccl.cli.scrape import show
+        print(block("\n".join(show(a.metrics))), flush=True)
+        return 0
     if a.analyze:
         from hpccl.observe.recorder import analyze
         print(block("\n".join(analyze(a.analyze))), flush=True)

@@ -447,8 +447,8 @@ class Communicator:
         """Count a call enqueued from its snapshot or recording (key[1]: the send buffer's address, count,
         dtype) in the statistics, as the validating path counts it."""
         ks = key[1]
-        self._rec.stats.add(coll, CUDA, algo, ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1),
-                            _perf() - t0)
+        self._rec.stats.add_replayed(coll, CUDA, algo,
+                                     ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1), _perf() - t0)
 
     def _counted(self, coll: str) -> None:
         """The bookkeeping of _run for a replayed call (recordings, hier's chains): its number, told to the
@@ -558,7 +558,11 @@ class Communicator:
     def _call(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any, key: Any,
               dtype: Any = None) -> Any:
         """Validate by the collective's Spec (frontend.py), submit the Call, return the user's result."""
-        call, result = validate(self, coll, sendbuf, recvbuf, op, root, stream, key, dtype)
+        try:
+            call, result = validate(self, coll, sendbuf, recvbuf, op, root, stream, key, dtype)
+        except HpcclError as exc:  # bad input or usage, counted for metrics (hpccl/observe/stats.py)
+            self._rec.stats.error(exc)
+            raise
         if call is not None:
             self._submit(call)
         return result

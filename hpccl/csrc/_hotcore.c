@@ -49,9 +49,12 @@ static inline void relax(void) {
 
 /* a call's end, slot path or direct: counted for comm.stats(); the caller then releases its buffers */
 static void complete(hot_t *h) {
-  h->n_calls[h->kind] += 1;
-  h->n_bytes[h->kind] += h->nbytes;
-  h->n_secs[h->kind] += now() - h->t0;
+  double dt = now() - h->t0;
+  int v = h->via, k = h->kind;
+  h->n_calls[v][k] += 1;
+  h->n_bytes[v][k] += h->nbytes;
+  h->n_secs[v][k] += dt;
+  if (h->latency) h->hist[v][k][lat_bucket(dt)] += 1;
   h->state = S_IDLE;
 }
 
@@ -486,6 +489,8 @@ void hot_init(hot_t *h, int n, int rank, char *const *bases, const pid_t *pids, 
   memset(h->n_calls, 0, sizeof h->n_calls);
   memset(h->n_bytes, 0, sizeof h->n_bytes);
   memset(h->n_secs, 0, sizeof h->n_secs);
+  memset(h->hist, 0, sizeof h->hist);
+  h->via = h->latency = 0;
 }
 
 int hot_map(hot_t *h, int r, int64_t remote, ptrdiff_t len, int fd) {

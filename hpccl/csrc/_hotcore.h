@@ -48,6 +48,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "_lathist.h"
+
 #define MAXR 256
 
 enum { K_AR, K_AG, K_BC, K_RS, K_BAR, K_RED, K_A2A, NKINDS }; /* hotpath.KINDS order */
@@ -108,10 +110,13 @@ typedef struct {
   ptrdiff_t head;            /* direct broadcast: the bytes of each peer's output the root writes */
   char *send, *recv;         /* the call's input and output (recv == send in place) */
   int have_recv;             /* an output apart from the input was given */
-  /* counters per collective (comm.stats()): completed calls, this rank's bytes, seconds inside them */
+  /* counters per entry (0: a front door, 1: the validated path) and collective (comm.stats(), metrics):
+     completed calls, this rank's bytes, seconds inside them; with ``latency``, each call's time in hist */
   double t0;
-  long long n_calls[NKINDS], n_bytes[NKINDS];
-  double n_secs[NKINDS];
+  int via, latency;
+  long long n_calls[2][NKINDS], n_bytes[2][NKINDS];
+  double n_secs[2][NKINDS];
+  long long hist[2][NKINDS][LAT_BUCKETS];
 } hot_t;
 
 /* Set up over n ranks' segments (bases[r]: rank r's base here; the caller has checked 1 <= n <= MAXR,

@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -19,6 +20,7 @@ typedef struct {
   hot_t core;
   Py_buffer send, recv;      /* the call in progress's buffers, held until it ends */
   int have_send, have_recv;
+  int validated;             /* set by the validated path before it hands a call over; the next start clears it */
 } Hot;
 
 static void release(Hot *h) {
@@ -45,6 +47,8 @@ static int settle(Hot *h, int rc) {
 
 /* Acquire the buffers and start call ``kind``; -1 (nothing changed) when this path does not take it. */
 static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int root, int64_t seq) {
+  int via = h->validated;
+  h->validated = 0;
   if (h->core.state != S_IDLE) {
     PyErr_SetString(PyExc_RuntimeError, "hpccl hot path: a call is still in progress");
     return -2;
@@ -66,6 +70,7 @@ static int start(Hot *h, int kind, PyObject *send, PyObject *recv, int op, int r
     if (dt < 0) goto decline;
     if (h->have_recv && dtype_of(&h->recv) != dt) goto decline;
   }
+  h->core.via = via;
   int rc = kind == K_BAR ? hot_start(&h->core, kind, op, root, dt, 1, NULL, 0, NULL, -1, seq)
                          : hot_start(&h->core, kind, op, root, dt, (int)h->send.itemsize, h->send.buf, h->send.len,
                                      h->have_recv ? h->recv.buf : NULL, h->have_recv ? h->recv.len : -1, seq);
@@ -250,12 +255,37 @@ static PyObject *Hot_counts(Hot *h, PyObject *unused) {
   (void)unused;
   PyObject *out = PyList_New(NKINDS);
   if (out == NULL) return NULL;
+  hot_t *c = &h->core;
   for (int k = 0; k < NKINDS; k++) {
-    PyObject *t = Py_BuildValue("(LLd)", h->core.n_calls[k], h->core.n_bytes[k], h->core.n_secs[k]);
+    PyObject *t = Py_BuildValue("(LLd)", c->n_calls[0][k] + c->n_calls[1][k], c->n_bytes[0][k] + c->n_bytes[1][k],
+                                c->n_secs[0][k] + c->n_secs[1][k]);
     if (t == NULL) { Py_DECREF(out); return NULL; }
     PyList_SET_ITEM(out, k, t);
   }
   return out;
+}
+
+static PyObject *Hot_detail(Hot *h, PyObject *unused) {
+  /* [(kind index, validated, calls, bytes, seconds, latency buckets)] for each entry and collective with calls */
+  (void)unused;
+  hot_t *c = &h->core;
+  PyObject *out = PyList_New(0);
+  if (out == NULL) return NULL;
+  for (int v = 0; v < 2; v++)
+    for (int k = 0; k < NKINDS; k++) {
+      if (!c->n_calls[v][k]) continue;
+      PyObject *hist = lat_tuple(c->hist[v][k]);
+      PyObject *t = hist ? Py_BuildValue("(iiLLdN)", k, v, c->n_calls[v][k], c->n_bytes[v][k], c->n_secs[v][k], hist)
+                         : NULL;
+      if (t == NULL || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+      Py_DECREF(t);
+    }
+  return out;
+}
+
+static PyObject *Hot_busy(Hot *h, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(h->core.state != S_IDLE);
 }
 
 static PyMethodDef Hot_methods[] = {
@@ -270,11 +300,21 @@ static PyMethodDef Hot_methods[] = {
     {"waiting", (PyCFunction)Hot_waiting, METH_NOARGS, "Ranks the pending call still waits for"},
     {"cancel", (PyCFunction)Hot_cancel, METH_NOARGS, "Drop the pending call (after a failure)"},
     {"counts", (PyCFunction)Hot_counts, METH_NOARGS, "[(calls, bytes, seconds)] per collective (KINDS order)"},
+    {"detail", (PyCFunction)Hot_detail, METH_NOARGS,
+     "[(KINDS index, validated, calls, bytes, seconds, latency buckets)]: counts by entry, for metrics"},
     {"map", (PyCFunction)Hot_map, METH_VARARGS, "(rank, remote, nbytes, fd): map rank's alloc_host segment"},
     {"unmap", (PyCFunction)Hot_unmap, METH_VARARGS, "(rank, remote) -> whether that segment was mapped"},
     {NULL, NULL, 0, NULL}};
 
+static PyMemberDef Hot_members[] = {
+    {"validated", T_INT, offsetof(Hot, validated), 0,
+     "1: the next call comes from the validated path (counted apart from the front door's); cleared by it"},
+    {"latency", T_INT, offsetof(Hot, core) + offsetof(hot_t, latency), 0,
+     "1: count each call's time in log2 buckets (HPCCL_METRICS)"},
+    {NULL, 0, 0, 0, NULL}};
+
 static PyGetSetDef Hot_getset[] = {{"calls", (getter)Hot_calls, NULL, "calls made on this path", NULL},
+                                   {"busy", (getter)Hot_busy, NULL, "a call is in progress (pending)", NULL},
                                    {"mapped_bytes", (getter)Hot_mapped_bytes, NULL,
                                     "bytes direct calls moved through alloc_host mappings", NULL},
                                    {NULL, NULL, NULL, NULL, NULL}};
@@ -289,6 +329,7 @@ static PyTypeObject HotType = {
     .tp_dealloc = (destructor)Hot_dealloc,
     .tp_methods = Hot_methods,
     .tp_getset = Hot_getset,
+    .tp_members = Hot_members,
 };
 
 /* ---- GPU kernel launch: the device fast path's per-call driver work in one call ----
@@ -405,5 +446,7 @@ PyMODINIT_FUNC PyInit__hotpath(void) {
   PyModule_AddIntConstant(m, "MIN", OP_MIN);
   PyModule_AddIntConstant(m, "MAX", OP_MAX);
   PyModule_AddIntConstant(m, "AVG", OP_AVG);
+  PyModule_AddIntConstant(m, "LAT_BUCKETS", LAT_BUCKETS);
+  PyModule_AddIntConstant(m, "LAT_LOW", LAT_LOW);
   return m;
 }

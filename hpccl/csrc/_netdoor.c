@@ -14,10 +14,12 @@
    while the communicator is in a group, destroyed or aborted, and when the replay cannot run now
    (capturing, a failed engine: rc 1 or 2 of nr_run), so that the Python path reports or captures. */
 #include "_netpy.h"
+#include "_lathist.h"
 
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <structmember.h>
 
 #define ND_COLLS 6     /* all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all */
 #define ND_SLOTS 512   /* the table: twice netreplay.MAX_PROGRAMS, so that probes stay short */
@@ -49,6 +51,8 @@ typedef struct {
   unsigned long long calls[ND_COLLS], bytes[ND_COLLS];
   double secs[ND_COLLS];
   long long fired;
+  int latency;               /* count each replay's time in hist (HPCCL_METRICS) */
+  long long hist[ND_COLLS][LAT_BUCKETS];
 } NetDoor;
 
 static PyObject *s_group, *s_destroyed, *s_aborted, *s_seq, *s_wseq, *s_waiter, *s_transports, *s_announce,
@@ -381,7 +385,9 @@ static int nd_fire_entry(NetDoor *d, nd_entry *e, unsigned long long stream) {
   if (nd_account(d, code, seq) < 0) return -1;
   d->calls[code]++;
   d->bytes[code] += nb;
-  d->secs[code] += nd_now() - t0;
+  double dt = nd_now() - t0;
+  d->secs[code] += dt;
+  if (d->latency) d->hist[code][lat_bucket(dt)] += 1;
   d->fired++;
   return 1;
 }
@@ -453,6 +459,23 @@ static PyObject *NetDoor_drop(NetDoor *d, PyObject *unused) {
   (void)unused;
   nd_drop(d);
   Py_RETURN_NONE;
+}
+
+static PyObject *NetDoor_histograms(NetDoor *d, PyObject *unused) {
+  (void)unused;
+  PyObject *out = PyDict_New();
+  if (!out) return NULL;
+  for (int c = 0; c < ND_COLLS; c++) {
+    if (!d->calls[c]) continue;
+    PyObject *t = lat_tuple(d->hist[c]);
+    if (!t || PyDict_SetItem(out, PyTuple_GET_ITEM(d->names, c), t) < 0) {
+      Py_XDECREF(t);
+      Py_DECREF(out);
+      return NULL;
+    }
+    Py_DECREF(t);
+  }
+  return out;
 }
 
 static PyObject *NetDoor_rows(NetDoor *d, PyObject *kind) {
@@ -571,7 +594,13 @@ static PyMethodDef NetDoor_methods[] = {
   {"drop", (PyCFunction)NetDoor_drop, METH_NOARGS, "forget every entry"},
   {"rows", (PyCFunction)NetDoor_rows, METH_O,
    "rows(kind) -> [(collective, kind, 'replayed', calls, bytes, seconds)] for the statistics"},
+  {"histograms", (PyCFunction)NetDoor_histograms, METH_NOARGS,
+   "{collective: latency buckets} of the collectives replayed (counted while latency is 1)"},
   {NULL, NULL, 0, NULL}};
+
+static PyMemberDef NetDoor_members[] = {
+  {"latency", T_INT, offsetof(NetDoor, latency), 0, "1: count each replay's time in log2 buckets (HPCCL_METRICS)"},
+  {NULL, 0, 0, 0, NULL}};
 
 static PyGetSetDef NetDoor_getset[] = {
   {"fired", (getter)NetDoor_get_fired, NULL, "calls replayed through the door", NULL},
@@ -595,6 +624,7 @@ PyTypeObject NetDoorType = {
             "torch_stream=None): repeated GPU calls across nodes keyed, replayed and counted in one C call.",
   .tp_methods = NetDoor_methods,
   .tp_getset = NetDoor_getset,
+  .tp_members = NetDoor_members,
   .tp_as_sequence = &NetDoor_seq,
   .tp_init = (initproc)NetDoor_init,
   .tp_new = PyType_GenericNew,

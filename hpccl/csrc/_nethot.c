@@ -17,9 +17,11 @@
    The Python type NetHot; it hands its rounds to the engine (_netcore.h) as batches of its own. */
 #include "_netpy.h"
 #include "_dtype.h"
+#include "_lathist.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <structmember.h>
 
 enum { NK_AR, NK_AG, NK_BC, NK_RS, NK_BAR, NK_RED, NK_A2A, NK_KINDS };  /* hotpath.KINDS order */
 enum { P_NONE = 0, P_REDUCE = 1 };  /* what a round does once its messages are done */
@@ -50,8 +52,12 @@ typedef struct {
   int nrounds, nmsgs, cur;
   batch_t *b;
   double t0;
-  long long n_calls[NK_KINDS], n_bytes[NK_KINDS];
-  double n_secs[NK_KINDS];
+  /* per entry (0: a front door, 1: the validated path; ``validated`` is set for the next call by the latter)
+     and collective: completed calls, bytes, seconds, and with ``latency`` (metrics) each call's time */
+  int via, validated, latency;
+  long long n_calls[2][NK_KINDS], n_bytes[2][NK_KINDS];
+  double n_secs[2][NK_KINDS];
+  long long hist[2][NK_KINDS][LAT_BUCKETS];
 } NetHot;
 
 #define NH_SHORT_S 2e-5   /* a resume within the waiter's spin */
@@ -241,9 +247,11 @@ static int nh_advance(NetHot *h, double seconds) {
     if (h->cur == h->nrounds) {
       if (h->op == OP_AVG && (h->kind == NK_AR || (h->kind == NK_RED && h->rank == h->root)))
         avg_scale(h->out, h->nbytes / h->esize, h->dt, h->n);
-      h->n_calls[h->kind] += 1;
-      h->n_bytes[h->kind] += h->nbytes;
-      h->n_secs[h->kind] += now_s() - h->t0;
+      double dt = now_s() - h->t0;
+      h->n_calls[h->via][h->kind] += 1;
+      h->n_bytes[h->via][h->kind] += h->nbytes;
+      h->n_secs[h->via][h->kind] += dt;
+      if (h->latency) h->hist[h->via][h->kind][lat_bucket(dt)] += 1;
       nh_release(h);
       return 0;
     }
@@ -253,6 +261,8 @@ static int nh_advance(NetHot *h, double seconds) {
 
 /* Acquire the buffers, plan and start call ``kind``; -1 (nothing changed) when this path does not take it. */
 static int nh_start(NetHot *h, int kind, PyObject *send, PyObject *recv, int op, int root, long long seq) {
+  int via = h->validated;
+  h->validated = 0;
   if (h->busy) {
     PyErr_SetString(PyExc_RuntimeError, "hpccl network hot path: a call is still in progress");
     return -2;
@@ -317,6 +327,7 @@ static int nh_start(NetHot *h, int kind, PyObject *send, PyObject *recv, int op,
   }
   h->busy = 1;
   h->blocks = 0;
+  h->via = via;
   h->t0 = now_s();
   return nh_advance(h, NH_LONG_S);  /* no waiter yet: its checks begin when this returns pending */
 decline:
@@ -415,11 +426,33 @@ static PyObject *NetHot_counts(NetHot *h, PyObject *unused) {
   PyObject *out = PyList_New(NK_KINDS);
   if (out == NULL) return NULL;
   for (int k = 0; k < NK_KINDS; k++) {
-    PyObject *t = Py_BuildValue("(LLd)", h->n_calls[k], h->n_bytes[k], h->n_secs[k]);
+    PyObject *t = Py_BuildValue("(LLd)", h->n_calls[0][k] + h->n_calls[1][k], h->n_bytes[0][k] + h->n_bytes[1][k],
+                                h->n_secs[0][k] + h->n_secs[1][k]);
     if (t == NULL) { Py_DECREF(out); return NULL; }
     PyList_SET_ITEM(out, k, t);
   }
   return out;
+}
+
+static PyObject *NetHot_detail(NetHot *h, PyObject *unused) {
+  (void)unused;
+  PyObject *out = PyList_New(0);
+  if (out == NULL) return NULL;
+  for (int v = 0; v < 2; v++)
+    for (int k = 0; k < NK_KINDS; k++) {
+      if (!h->n_calls[v][k]) continue;
+      PyObject *hist = lat_tuple(h->hist[v][k]);
+      PyObject *t = hist ? Py_BuildValue("(iiLLdN)", k, v, h->n_calls[v][k], h->n_bytes[v][k], h->n_secs[v][k], hist)
+                         : NULL;
+      if (t == NULL || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); return NULL; }
+      Py_DECREF(t);
+    }
+  return out;
+}
+
+static PyObject *NetHot_busy(NetHot *h, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(h->busy);
 }
 
 static int NetHot_init(NetHot *h, PyObject *args, PyObject *kw) {
@@ -458,7 +491,7 @@ static void NetHot_dealloc(NetHot *h) {
 static PyObject *NetHot_calls(NetHot *h, void *unused) {
   (void)unused;
   long long c = 0;
-  for (int k = 0; k < NK_KINDS; k++) c += h->n_calls[k];
+  for (int k = 0; k < NK_KINDS; k++) c += h->n_calls[0][k] + h->n_calls[1][k];
   return PyLong_FromLongLong(c);
 }
 
@@ -474,10 +507,19 @@ static PyMethodDef NetHot_methods[] = {
   {"waiting", (PyCFunction)NetHot_waiting, METH_NOARGS, "Ranks the pending round exchanges with"},
   {"cancel", (PyCFunction)NetHot_cancel, METH_NOARGS, "Drop the pending call (after a failure)"},
   {"counts", (PyCFunction)NetHot_counts, METH_NOARGS, "[(calls, bytes, seconds)] per collective (hotpath.KINDS order)"},
+  {"detail", (PyCFunction)NetHot_detail, METH_NOARGS,
+   "[(KINDS index, validated, calls, bytes, seconds, latency buckets)]: counts by entry, for metrics"},
   {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef NetHot_getset[] = {{"calls", (getter)NetHot_calls, NULL, "calls made on this path", NULL},
+                                      {"busy", (getter)NetHot_busy, NULL, "a call is in progress (pending)", NULL},
                                       {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMemberDef NetHot_members[] = {
+  {"validated", T_INT, offsetof(NetHot, validated), 0,
+   "1: the next call comes from the validated path (counted apart from the front door's); cleared by it"},
+  {"latency", T_INT, offsetof(NetHot, latency), 0, "1: count each call's time in log2 buckets (HPCCL_METRICS)"},
+  {NULL, 0, 0, 0, NULL}};
 
 PyTypeObject NetHotType = {
   PyVarObject_HEAD_INIT(NULL, 0)
@@ -490,4 +532,5 @@ PyTypeObject NetHotType = {
   .tp_dealloc = (destructor)NetHot_dealloc,
   .tp_methods = NetHot_methods,
   .tp_getset = NetHot_getset,
+  .tp_members = NetHot_members,
 };

@@ -204,6 +204,13 @@ CODES = {"ar": 0, "red": 1, "bc": 2, "ag": 3, "rs": 4, "a2a": 5}  # the door's c
 NAMES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all")
 
 
+def _detail(d: Any, kind: str, latency: bool) -> List[tuple]:
+    """The door's rows for metrics: (path "replayed", collective, kind, "replayed", calls, bytes, seconds,
+    latency buckets or None)."""
+    hists = d.histograms() if latency else {}
+    return [("replayed", c, k, a, n, b, t, hists.get(c)) for c, k, a, n, b, t in d.rows(kind)]
+
+
 def door(comm: Any, replays: NetReplays, keys: Any) -> Any:
     """The C front door (hpccl/csrc/_netdoor.c) for ``comm``'s replayed calls: handed every recording of
     ``replays``, reading arrays as ``keys`` (memory/cuda.py CallKeys) does, counted in comm's statistics.
@@ -229,5 +236,7 @@ def door(comm: Any, replays: NetReplays, keys: Any) -> Any:
     d = _ne.NetDoor(comm, keys._cp_nd, keys._cp_contig, keys._cur_stream, tt, NAMES, HpcclSystemError,
                     torch_stream=tst)
     replays.door, replays.nranks = d, comm.size
-    comm._rec.stats.external.append(lambda: d.rows(CUDA))
+    stats = comm._rec.stats
+    d.latency = int(stats.latency)
+    stats.attach(lambda: d.rows(CUDA), lambda: _detail(d, CUDA, stats.latency))
     return d

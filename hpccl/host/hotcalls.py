@@ -30,9 +30,10 @@ def attach(comm: Any, shm: Any, net: Any, spin: int) -> None:
     elif net is not None and comm.local_size == 1 and comm.num_nodes == comm.size:
         comm._hot = hotpath.attach_net(net, spin)
     if comm._hot is not None:
-        hot, size = comm._hot, comm.size  # its calls are counted in C, front door and validated path alike
-        comm._rec.stats.external.append(
-            lambda: [(c, HOST, "hot", n, b, t) for c, n, b, t in hotpath.counts(hot, size)])
+        hot, size, stats = comm._hot, comm.size, comm._rec.stats  # its calls are counted in C, by entry
+        hot.latency = int(stats.latency)
+        stats.attach(lambda: [(c, HOST, "hot", n, b, t) for c, n, b, t in hotpath.counts(hot, size)],
+                     lambda: hotpath.detail(hot, size, stats.latency), lambda: hot.busy)
         # the front door steps aside for HPCCL_CHECK and the flight recorder's dumps and trace, which need
         # every call to pass through Python; the planner leaves out what HPCCL_ALGO pins elsewhere
         comm._planner.attach_hot(hot, hotpath.collectives(hot), not (
@@ -87,6 +88,7 @@ def run(comm: Any, call: Any) -> bool:
     """Run a validated host call on the hot path; False when it declines (a dtype or size it does not
     take: the same on every rank, so every rank runs the Python algorithm instead)."""
     hot, coll, a, seq = comm._hot, call.coll, call.args, comm._seq
+    hot.validated = 1  # counted apart from the front door's calls (metrics' path "python")
     try:  # the path across nodes can fail in its first round, before it returns
         if coll == "all_reduce" or coll == "reduce_scatter":
             recv = None if a[1] is a[0] else a[1]
@@ -112,4 +114,6 @@ def run(comm: Any, call: Any) -> bool:
     except BaseException:
         hot.cancel()
         raise
+    finally:
+        hot.validated = 0  # a call declined before it started leaves it set
     return True

@@ -34,6 +34,13 @@ def counts(hot: Any, size: int) -> List[tuple]:
     return [(k, c, b * (size if k == "all_gather" else 1), t) for k, (c, b, t) in zip(KINDS, hot.counts()) if c]
 
 
+def detail(hot: Any, size: int, latency: bool) -> List[tuple]:
+    """The same counts by path for metrics: (path, collective, "host", "hot", calls, bytes, seconds, latency
+    buckets or None); path "door" for the calls a front door handed over, "python" for validated ones."""
+    return [("python" if v else "door", KINDS[k], "host", "hot", c, b * (size if KINDS[k] == "all_gather" else 1),
+             t, h if latency else None) for k, v, c, b, t, h in hot.detail()]
+
+
 def available() -> bool:
     return _hotpath is not None
 

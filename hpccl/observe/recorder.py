@@ -20,6 +20,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import config, log
+from . import metrics
 from .stats import Stats
 from .trace import open_trace
 
@@ -46,7 +47,9 @@ class Recorder:
         self.current: Optional[list] = None
         self.dump_dir = config.get("HPCCL_DUMP_DIR")
         self.dumped: Optional[str] = None
-        self.stats = Stats()  # every finished call is counted (comm.stats())
+        self.stats = Stats(metrics.active())  # every finished call is counted (comm.stats(), metrics)
+        if self.stats.latency:
+            metrics.watch(self)
         trace_dir = config.get("HPCCL_TRACE")
         self.trace = open_trace(trace_dir, tag, rank, size, world_rank) if trace_dir else None
         self.nvtx: Any = None  # the nvtx module while GPU calls are ranged (set by the communicator)

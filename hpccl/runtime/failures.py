@@ -276,7 +276,15 @@ def origin(comm: Any, exc: Optional[BaseException]) -> Optional[int]:
 def named(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
     """The error a call raises: a transport's report of a lost peer gets the call's name; its ranks go to
     the user's numbering (to_user: a hier step's error leaves its sub-communicator so); the user's
-    communicator names its own call, and the step it failed in."""
+    communicator names its own call, and the step it failed in, and counts it (comm.stats's errors and
+    peers lost, for metrics)."""
+    out = _named(comm, exc, coll)
+    if comm._parent is None:
+        comm._rec.stats.error(out, out.rank if isinstance(out, HpcclRemoteError) else None)
+    return out
+
+
+def _named(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
     seq = comm._seq
     if isinstance(exc, HpcclRemoteError) and exc.rank is not None and not exc.collective:
         out = HpcclRemoteError(f"{coll} #{seq}: {exc.message}", exc.rank, coll, seq, exc.awaited)
