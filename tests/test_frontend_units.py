@@ -152,3 +152,45 @@ def test_proxy_refuses_a_capturing_stream_before_anything():
         p.enqueue(42, lambda: None, "all_reduce #1")
     assert ops.log == []
     p.close()
+
+
+def test_vcolls_schedules_are_chosen_where_their_cost_is_lowest():
+    """Binomial gather/scatter for small blocks on many ranks, direct for large ones or few ranks; the ring for
+    large all_gather_v / reduce_scatter_v past two ranks, direct for small ones; each choice the model's minimum."""
+    many, four = Tuner("shm", 8, 8), Tuner("mpi", 4, 1, nodes=4)
+    for coll in ("gather", "scatter"):
+        names = eligible(coll, HOST, ONE_NODE)
+        assert set(names) == {"direct", "tree"}
+        assert many.choose(coll, 64, names) == "tree"
+        assert many.choose(coll, 16 << 20, names) == "direct"
+        assert Tuner("shm", 2, 2).choose(coll, 64, names) == "direct"
+    for coll in ("all_gather_v", "reduce_scatter_v"):
+        names = eligible(coll, HOST, TWO_BY_TWO)
+        assert set(names) == {"direct", "ring"}  # no hier: flat schedules over every rank
+        assert four.choose(coll, 64, names) == "direct"
+        assert four.choose(coll, 16 << 20, names) == "ring"
+        for t, nb in ((many, 1 << 10), (many, 1 << 24), (four, 1 << 16)):
+            pick = t.choose(coll, nb, names)
+            probe = 3 << (nb.bit_length() - 2)
+            assert t.predict(coll, pick, probe) == min(t.predict(coll, a, probe) for a in names)
+    for coll in VCOLLS:  # device memory runs them as one group of sends and receives: no table entry serves it
+        assert eligible(coll, CUDA, ONE_NODE) == [] and eligible(coll, CUDA, TWO_BY_TWO) == []
+
+
+def test_vcolls_planned_onto_the_hot_path_unless_a_schedule_is_pinned(monkeypatch):
+    from hpccl.core.planner import HOT, SCHEDULE, Planner
+    monkeypatch.setenv("HPCCL_ALGO", "reduce_scatter_v:ring")
+    pl = Planner(Tuner("shm", 4, 4), ONE_NODE)
+    assert pl.plan("gather", 256, HOST).route == SCHEDULE  # no hot path attached
+    pl.attach_hot(object(), ("all_gather", "broadcast", "reduce_scatter"), front_open=False)
+    for coll in ("gather", "scatter", "all_gather_v"):
+        p = pl.plan(coll, 256, HOST)
+        assert (p.route, p.algo) == (HOT, "padded") and p.fallback.algo == "direct", coll
+    p = pl.plan("reduce_scatter_v", 256, HOST)  # pinned by HPCCL_ALGO: the schedule runs
+    assert (p.route, p.algo) == (SCHEDULE, "ring")
+    pl.force("gather", "tree")
+    assert pl.plan("gather", 256, HOST).algo == "tree"
+    pl.force("gather", None)
+    assert pl.plan("gather", 256, HOST).route == HOT
+    pl.attach_hot(object(), ("broadcast",), front_open=False)  # no all_gather on the hot path: nothing to pad onto
+    assert pl.plan("all_gather_v", 256, HOST).route == SCHEDULE
