@@ -191,7 +191,7 @@ _param("HPCCL_CUDA_TRANSPORT", "", str.lower,
        "or empty: ipc when every GPU pair has P2P, else host.", ("", "ipc", "host"))
 _param("HPCCL_CUDA_BLOCKS", 64, int, "Most thread blocks per GPU collective kernel (1..64); 32 overlaps "
        "better with compute. Never more than the GPU's multiprocessors divided by the ranks sharing it, so "
-       "that every rank's blocks can be resident at once (docs/GPU.md, the fix for 4 and 8 ranks on one GPU).")
+       "that every rank's blocks can be resident at once (docs/GPU.md, 'Blocks per kernel').")
 _param("HPCCL_CUDA_SYNC", "auto", str.lower,
        "How GPU collectives wait for peers and for the network engine: 'spin' (kernels wait inside: the "
        "fastest, safe only on a GPU the job has alone), 'stream' (stream memory operations between kernels "
