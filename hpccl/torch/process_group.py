@@ -316,11 +316,21 @@ class HpcclProcessGroup(dist.ProcessGroup):
         return self._collective(opts, tensors, go, tensors)
 
     def _allgather_list(self, outs: List[torch.Tensor], inp: torch.Tensor, h: Optional[int]) -> None:
+        """Equal sizes: hpccl's all_gather; uneven (outs[r] sized as rank r's tensor): its all_gather_v."""
         src = flat(inp, "tensor")
-        both = torch.empty(self.size() * src.numel(), dtype=src.dtype, device=src.device)
-        self.comm.all_gather(src, both, stream=h)
-        for r, o in enumerate(outs):
-            o.copy_(both[r * src.numel():(r + 1) * src.numel()].view_as(o))
+        counts = [o.numel() for o in outs]
+        if counts[self._rank] != src.numel():
+            raise HpcclInvalidArgument("tensor_list", f"entry {self._rank} has {counts[self._rank]} elements but "
+                                                      f"this rank's tensor has {src.numel()}")
+        both = torch.empty(sum(counts), dtype=src.dtype, device=src.device)
+        if all(c == src.numel() for c in counts):
+            self.comm.all_gather(src, both, stream=h)
+        else:
+            self.comm.all_gather_v(src, both, counts, stream=h)
+        at = 0
+        for o, c in zip(outs, counts):
+            o.copy_(both[at:at + c].view_as(o))
+            at += c
 
     def allgather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                   opts: Any = None) -> Any:
@@ -403,25 +413,39 @@ class HpcclProcessGroup(dist.ProcessGroup):
 
     def gather(self, output_tensors: List[List[torch.Tensor]], input_tensors: List[torch.Tensor],
                opts: Any = None) -> Any:
+        """hpccl's gather into one buffer on the root, then copied into gather_list."""
         if isinstance(input_tensors, torch.Tensor):
             output_tensors, input_tensors = [output_tensors], [input_tensors]
         opts = options(opts, dist.GatherOptions)
         root, src = opts.rootRank, flat(input_tensors[0], "tensor")
-        recvs = ([(p, flat(t, "gather_list")) for p, t in enumerate(output_tensors[0])]
-                 if self.rank() == root else [])
-        return self._collective(opts, [*input_tensors, *(t for ts in output_tensors for t in ts)],
-                                lambda h: self._exchange([(root, src)], recvs, h), output_tensors)
+        outs = output_tensors[0] if self.rank() == root else []
+        if self.rank() == root:
+            _same_sizes(outs, src.numel(), self.size(), "gather_list")
+
+        def go(h: Optional[int]) -> None:
+            both = torch.empty(self.size() * src.numel(), dtype=src.dtype, device=src.device) if outs else None
+            self.comm.gather(src, both, root=root, stream=h)
+            for r, o in enumerate(outs):
+                o.copy_(both[r * src.numel():(r + 1) * src.numel()].view_as(o))
+        return self._collective(opts, [*input_tensors, *(t for ts in output_tensors for t in ts)], go,
+                                output_tensors, temps=True)
 
     def scatter(self, output_tensors: List[torch.Tensor], input_tensors: List[List[torch.Tensor]],
                 opts: Any = None) -> Any:
+        """scatter_list packed into one buffer on the root, then hpccl's scatter."""
         if isinstance(output_tensors, torch.Tensor):
             output_tensors, input_tensors = [output_tensors], [input_tensors]
         opts = options(opts, dist.ScatterOptions)
         root, dst = opts.rootRank, flat(output_tensors[0], "tensor")
-        sends = ([(p, flat(t, "scatter_list")) for p, t in enumerate(input_tensors[0])]
-                 if self.rank() == root else [])
-        return self._collective(opts, [*output_tensors, *(t for ts in input_tensors for t in ts)],
-                                lambda h: self._exchange(sends, [(root, dst)], h), output_tensors)
+        ins = input_tensors[0] if self.rank() == root else []
+        if self.rank() == root:
+            _same_sizes(ins, dst.numel(), self.size(), "scatter_list")
+
+        def go(h: Optional[int]) -> None:
+            both = torch.cat([flat(t, "scatter_list") for t in ins]) if ins else None
+            self.comm.scatter(both, dst, root=root, stream=h)
+        return self._collective(opts, [*output_tensors, *(t for ts in input_tensors for t in ts)], go,
+                                output_tensors, temps=True)
 
     def barrier(self, opts: Any = None) -> Any:
         """Every rank arrived, and this rank's CUDA collectives of this group are done (as NCCL's barrier
@@ -464,3 +488,13 @@ class HpcclProcessGroup(dist.ProcessGroup):
         recvs = [(peer, flat(t, "tensor")) for kind, peer, ts in ops if kind == "recv" for t in ts]
         return self._collective(None, [t for _, _, ts in ops for t in ts],
                                 lambda h: self._exchange(sends, recvs, h), None)
+
+
+def _same_sizes(ts: Sequence[torch.Tensor], count: int, n: int, name: str) -> None:
+    """``ts`` holds one tensor per rank, each of ``count`` elements."""
+    if len(ts) != n:
+        raise HpcclInvalidArgument(name, f"has {len(ts)} tensors, needs {n}")
+    bad = [r for r, t in enumerate(ts) if t.numel() != count]
+    if bad:
+        raise HpcclInvalidArgument(name, f"entry {bad[0]} has {ts[bad[0]].numel()} elements, this rank's tensor "
+                                         f"{count}")

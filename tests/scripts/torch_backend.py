@@ -139,6 +139,21 @@ try:
     check("bad split raises", False)
 except (RuntimeError, ValueError) as exc:
     check("bad split raises, naming it", "split" in str(exc))
+# all_gather of uneven sizes (rank p holds p + 1 elements, one rank none at all): hpccl's all_gather_v
+for size in (lambda p: p + 1, lambda p: 0 if p == n - 1 else 2 * p + 1):
+    ug = [torch.full((size(p),), -1.0) for p in range(n)]
+    dist.all_gather(ug, torch.arange(size(rank), dtype=torch.float32) + 10 * rank)
+    check("all_gather uneven", all(torch.equal(ug[p], torch.arange(size(p), dtype=torch.float32) + 10 * p)
+                                   for p in range(n)))
+gl = [torch.zeros(2, 3) for _ in range(n)] if rank == n - 1 else None  # 2-D tensors, the last rank the root
+dist.gather(torch.full((2, 3), float(rank)), gl, dst=n - 1)
+if rank == n - 1:
+    check("gather 2-D", all(torch.equal(gl[p], torch.full((2, 3), float(p))) for p in range(n)))
+try:  # this rank's own entry sized unlike its tensor, on every rank: raised before anything moves
+    dist.all_gather([torch.zeros(p + 2) for p in range(n)], torch.zeros(rank + 1))
+    check("bad all_gather list raises", False)
+except (RuntimeError, ValueError) as exc:
+    check("bad all_gather list raises, naming it", "tensor_list" in str(exc))
 lo = [torch.zeros(3) for _ in range(n)]
 dist.all_to_all(lo, [torch.full((3,), float(rank * 10 + p)) for p in range(n)])
 check("all_to_all list", all(torch.equal(lo[q], torch.full((3,), float(q * 10 + rank))) for q in range(n)))
