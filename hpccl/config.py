@@ -54,7 +54,9 @@ _param("HPCCL_TIMEOUT", 300.0, float,
        "Seconds a collective waits for its peers before raising HpcclTimeoutError and aborting.")
 _param("HPCCL_ALGO", "", str.lower,
        "Force an algorithm for every collective (ring, tree, rd, dbtree, direct, oneshot, twoshot, "
-       "hier, linear; GPU all_reduce: oneshot, twoshot), or per collective: 'all_reduce:ring,broadcast:tree'. Empty: the cost model chooses.")
+       "hier, linear; GPU all_reduce: oneshot, twoshot), or per collective: 'all_reduce:ring,broadcast:tree' "
+       "(gather, scatter: direct, tree; all_gather_v, reduce_scatter_v: direct, ring; a pinned one is never "
+       "padded onto the hot path). Empty: the cost model chooses.")
 _param("HPCCL_TRANSPORT", "", str.lower,
        "Force the host transport between ranks of a node: shm or mpi. Empty: shm within a node; between "
        "nodes HPCCL_NET decides.")
