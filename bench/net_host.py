@@ -33,8 +33,8 @@ COLLS = ("all_reduce", "broadcast", "all_gather")
 #: hpccl's network paths: the engine with its compiled path for small calls (hpccl/csrc/_nethot.c, the default,
 #: entered through the communicator's C front doors, hpccl/csrc/_frontdoor.c), the same communicator called
 #: through its Python methods (HPCCL_HOST_DOOR=0's way, with "engine": no second engine), and the engine with
-#: Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs (docs/PERFORMANCE.md) was
-#: removed in issue 34
+#: Python's schedules only (HPCCL_NET_HOT_SIZE=0); the ucxx transport of earlier runs
+#: (docs/perf/host/engine-vs-mpich-2hosts.txt) was removed in issue 34
 PATHS = ("engine", "engine-method", "engine-py")
 
 
