@@ -94,7 +94,8 @@ def join(cls: Any, port: Optional[str], mpi_comm: Any, store: Any, rank: Any, ke
         from mpi4py import MPI
         mine = MPI.COMM_WORLD if mpi_comm is None else mpi_comm
         if not isinstance(mine, MPI.Intracomm) or mine == MPI.COMM_NULL:
-            raise HpcclInvalidArgument("mpi_comm", f"expected the new processes' mpi4py intracommunicator, got {mine!r}")
+            raise HpcclInvalidArgument("mpi_comm", f"expected the new processes' mpi4py intracommunicator, "
+                                       f"got {mine!r}")
         merged = joining.connect(mine, port)
         try:
             old = merged.Get_size() - mine.Get_size()

@@ -9,7 +9,6 @@ import os
 import time
 import traceback
 
-import numpy as np
 from mpi4py import MPI
 
 import hpccl

@@ -4,7 +4,8 @@ grow by N_NEW at once. MODE kill: the VICTIM SIGKILLs itself in a loop of all_re
 raise an HpcclError naming it, shrinks it away, then grows by N_NEW (a fresh process) back to size. ROLE new:
 JOIN_RANK (0..N_NEW-1) joins the grow. Every process then runs and checks every call on the grown
 communicator (tests/scripts/grow_checks.py); the old ranks also check that the communicator they grew from
-still works. Prints one line "RESULT {json}"."""
+still works. BUF numpy (default) or cupy (GPU buffers on GPU DEVICE, default 0, on a stream of their own).
+Prints one line "RESULT {json}"."""
 import json
 import os
 import signal
@@ -24,6 +25,23 @@ role, mode = os.environ["ROLE"], os.environ.get("MODE", "grow")
 n_new = int(os.environ.get("N_NEW", "1"))
 key = os.environ.get("KEY", "grow1")
 result = {"role": role, "mode": mode}
+if os.environ.get("BUF", "numpy") == "cupy":
+    import cupy as xp
+    xp.cuda.Device(int(os.environ.get("DEVICE", "0"))).use()
+    stream = xp.cuda.Stream(non_blocking=True)
+    kw = {"stream": stream}
+else:
+    xp, stream, kw = np, None, {}
+
+
+def checked(c) -> list:
+    """every_call on this process's buffers; on the GPU each result is waited for before it is read."""
+    def sync() -> None:
+        if stream is not None:
+            stream.synchronize()
+            c.synchronize()
+    return every_call(c, xp, sync, kw)
+
 
 if role == "new":
     result["join_rank"] = j = int(os.environ["JOIN_RANK"])
@@ -31,7 +49,7 @@ if role == "new":
     try:
         grown = hpccl.join(store=store, rank=j, key=key)
         result.update(rank=grown.rank, size=grown.size, join_s=round(time.monotonic() - t0, 3))
-        result["checked"] = every_call(grown)
+        result["checked"] = checked(grown)
         grown.destroy()
     except Exception:  # noqa: BLE001 - reported: the test reads RESULT
         result["error"] = traceback.format_exc()[-1500:]
@@ -42,7 +60,7 @@ r, n = int(os.environ["RANK"]), int(os.environ["SIZE"])
 victim = int(os.environ.get("VICTIM", "-1"))
 result["rank0"] = r
 comm = hpccl.Communicator(StoreBootstrap(store, r, n))
-x = np.ones(4096, np.float32)
+x = xp.ones(4096, np.float32)
 try:
     base = comm
     if mode == "kill":
@@ -52,7 +70,10 @@ try:
                     f.write(repr(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)
             try:
-                comm.all_reduce(x, np.empty_like(x))
+                comm.all_reduce(x, xp.empty_like(x), **kw)
+                if stream is not None:
+                    stream.synchronize()
+                    comm.synchronize()
             except hpccl.HpcclError as exc:
                 result.update(error=type(exc).__name__, failed=getattr(exc, "rank", None),
                               missing=getattr(exc, "missing", None), at=time.time(), calls=i)
@@ -61,12 +82,12 @@ try:
         base = comm.shrink([victim])
         result.update(shrunk_size=base.size, shrunk_rank=base.rank, shrink_s=round(time.monotonic() - t0, 3))
     else:
-        comm.all_reduce(x)
+        comm.all_reduce(x, **kw)
     t0 = time.monotonic()
     grown = base.grow(n_new, key=key)
     result.update(rank=grown.rank, size=grown.size, grow_s=round(time.monotonic() - t0, 3))
-    result["checked"] = every_call(grown)
-    result["old_checked"] = every_call(base)  # the communicator grown from still works
+    result["checked"] = checked(grown)
+    result["old_checked"] = checked(base)  # the communicator grown from still works
     grown.destroy()
     if base is not comm:
         base.destroy()
