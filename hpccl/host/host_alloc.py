@@ -1,7 +1,7 @@
 """Host buffers every rank of the node maps (Communicator.alloc_host), hpccl's ncclMemAlloc plus registration.
 
 A buffer of the user's own heap can only be reached from another process by process_vm_readv/writev, which
-costs about 2.6x a memcpy per byte on the CI machine (docs/PERFORMANCE.md). A buffer from alloc_host is a
+costs more per byte than a memcpy. A buffer from alloc_host is a
 shared segment that each local peer maps once, at allocation: the compiled hot path's direct calls then
 copy into and out of it, and reduce straight from it, with plain loads and stores (_hotcore.c, Hot.map()).
 Segments are named files in /dev/shm only until every local rank has opened them."""
