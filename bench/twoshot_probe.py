@@ -1,6 +1,7 @@
 """Probe of the two-shot all_reduce with 2 ranks sharing one GPU: forces the two-shot kernel there
-(bypassing the engine's one-shot fallback) and runs a test's pattern (int8 sum, out of place then in place) many times in variants, printing each wrong result with
-both ranks' inputs, so the value read can be traced to where it came from.
+(bypassing the engine's one-shot fallback) and runs a test's pattern (int8 sum, out of place then in
+place) many times in variants, printing each wrong result with both ranks' inputs, so the value read can
+be traced to where it came from.
 Run: mpirun -n 2 python bench/twoshot_probe.py"""
 import cupy
 import numpy as np
