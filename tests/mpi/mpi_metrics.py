@@ -165,6 +165,28 @@ def test_http_endpoint(monkeypatch):
     WORLD.barrier()
 
 
+def test_port_in_use_warns(monkeypatch, caplog):
+    """A port that cannot be bound: a warning naming it, no endpoint, the calls run and are counted."""
+    base = WORLD.bcast(_free_port() if WORLD.rank == 0 else None)
+    local = metrics._local_rank()
+    with socket.socket() as held:
+        held.bind(("", base + local))
+        held.listen(1)
+        monkeypatch.setenv("HPCCL_METRICS_PORT", str(base))
+        monkeypatch.delenv("HPCCL_METRICS_FILE", raising=False)
+        comm = hpccl.init()
+        try:
+            assert metrics.endpoint() is None
+            assert f"cannot serve on port {base + local}" in caplog.text
+            comm.all_reduce(np.ones(4))
+            me = dict(comm=comm._rec.tag, rank=str(comm.rank))
+            assert total(samples(metrics.text()), "hpccl_calls_total", collective="all_reduce", **me) == 1
+        finally:
+            metrics.shutdown()
+            comm.destroy()
+    WORLD.barrier()
+
+
 def test_peer_lost_and_call_in_flight(folder, monkeypatch):
     """The last rank aborts while the others wait in an all_reduce: while they wait the gauge says a call
     is in flight; then their error is counted (HpcclRemoteError) with the aborting rank as a peer lost."""

@@ -1,0 +1,112 @@
+"""The cost per call of Prometheus metrics (hpccl/observe/metrics.py) on small host calls, side by side in
+one run: three communicators over the same ranks, two made with metrics off ("off", "off2": their
+difference is the noise) and one with them on ("on": HPCCL_METRICS_FILE, the file rewritten by the
+exporter's thread every --interval seconds, and each call's latency bucket counted). Each is timed through
+its C front door (as bench/host_door.py times it) and through the Python method (the validated path),
+rounds interleaved, the slowest rank's time per call kept, every result checked:
+
+    mpiexec -n 2 python3 bench/metrics_cost.py [--reps 31] [--iters 2000] [--sizes 8,1024] [--interval 1]
+    HPCCL_NODE_ID=split:1 mpiexec -n 2 python3 bench/metrics_cost.py   # the compiled path across nodes
+
+Printed per collective, size and entry: the median over rounds of each communicator, on/off and off2/off,
+and the quartiles of on/off and off2/off over the rounds."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+COLLS = ("all_reduce", "broadcast", "all_gather")
+
+
+def quartiles(v: list) -> str:
+    q = statistics.quantiles(v, n=4)
+    return f"[{q[0]:.3f}, {q[2]:.3f}]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=31)
+    ap.add_argument("--iters", type=int, default=2000)
+    ap.add_argument("--sizes", default="8,1024")
+    ap.add_argument("--colls", default=",".join(COLLS))
+    ap.add_argument("--interval", type=float, default=1.0, help="HPCCL_METRICS_INTERVAL of the 'on' communicator")
+    args = ap.parse_args()
+    from mpi4py import MPI
+    import hpccl
+    from hpccl.observe import metrics
+    world = MPI.COMM_WORLD
+    for name in ("HPCCL_METRICS_FILE", "HPCCL_METRICS_PORT"):
+        os.environ.pop(name, None)
+    off, off2 = hpccl.Communicator(world.Dup()), hpccl.Communicator(world.Dup())
+    folder = world.bcast(tempfile.mkdtemp(prefix="hpccl-metrics-cost-") if world.rank == 0 else None)
+    os.environ["HPCCL_METRICS_FILE"] = folder
+    os.environ["HPCCL_METRICS_INTERVAL"] = str(args.interval)
+    on = hpccl.Communicator(world.Dup())
+    del os.environ["HPCCL_METRICS_FILE"]
+    comms = {"off": off, "off2": off2, "on": on}
+    assert on._rec.stats.latency and not off._rec.stats.latency and not off2._rec.stats.latency
+    n, r = on.size, on.rank
+    if r == 0:
+        print(f"# {n} ranks, {on.num_nodes} nodes, hot path {type(on._hot).__name__}; reps {args.reps} x "
+              f"{args.iters} calls; metrics file rewritten every {args.interval} s", flush=True)
+    for coll in args.colls.split(","):
+        for entry in ("door", "python"):
+            for nbytes in [int(v) for v in args.sizes.split(",")]:
+                count = max(1, nbytes // 4)
+                x = np.full(count, r + 1, np.float32)
+                y = np.empty(count * n if coll == "all_gather" else count, np.float32)
+                fns = {k: (c.__dict__.get(coll) if entry == "door" else getattr(type(c), coll).__get__(c))
+                       for k, c in comms.items()}
+                if entry == "door" and any(type(f).__name__ != "FrontDoor" for f in fns.values()):
+                    raise SystemExit(f"no C front door for {coll} on this layout")
+                times = {k: [] for k in comms}
+                for rep in range(args.reps + 1):  # the first round warms up and is dropped
+                    order = list(comms) if rep % 2 else list(reversed(comms))
+                    for k in order:
+                        f = fns[k]
+                        y.fill(1 if coll == "broadcast" and r == 0 else -1)
+                        world.Barrier()
+                        t0 = time.perf_counter()
+                        for _ in range(args.iters):
+                            if coll == "broadcast":
+                                f(y, 0)
+                            else:
+                                f(x, y)
+                        dt = (time.perf_counter() - t0) / args.iters
+                        want = (np.full_like(y, n * (n + 1) / 2) if coll == "all_reduce" else np.ones_like(y)
+                                if coll == "broadcast" else np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
+                        if not np.array_equal(y, want):
+                            raise SystemExit(f"{k} {coll} of {nbytes} B is wrong on rank {r}")
+                        if rep:
+                            times[k].append(world.allreduce(dt, op=MPI.MAX))
+                med = {k: statistics.median(v) for k, v in times.items()}
+                ron = [a / b for a, b in zip(times["on"], times["off"])]
+                r2 = [a / b for a, b in zip(times["off2"], times["off"])]
+                if r == 0:
+                    print(f"{coll:>11} {nbytes:>6} B {entry:>6}  off {med['off'] * 1e6:6.2f} us  off2 "
+                          f"{med['off2'] * 1e6:6.2f} us  on {med['on'] * 1e6:6.2f} us  on/off "
+                          f"{med['on'] / med['off']:.3f} {quartiles(ron)}  off2/off {med['off2'] / med['off']:.3f} "
+                          f"{quartiles(r2)}", flush=True)
+    counted = sum(v[4] for v in on._rec.stats.rows())
+    written = metrics.flush()
+    if r == 0:
+        print(f"# 'on' counted {counted} calls on rank 0; its file {written}: {os.path.getsize(written)} bytes",
+              flush=True)
+    metrics.shutdown()
+    for c in comms.values():
+        c.destroy()
+    world.barrier()
+    if r == 0:
+        for f in os.listdir(folder):
+            os.remove(os.path.join(folder, f))
+        os.rmdir(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
