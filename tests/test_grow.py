@@ -30,10 +30,10 @@ from grow_drive import every_at, finish, kill_shrink_grow, plain_env, start  # n
 
 @pytest.mark.parametrize("nodes", [None, ["nodeA", "nodeA", "nodeB", "nodeB"]], ids=["one-node", "two-nodes"])
 def test_kill_shrink_grow_back(nodes, tmp_path):
-    """4 ranks, rank 1 SIGKILLed at its 200th all_reduce: each survivor names it within 10 s, shrinks to 3,
-    grows by a fresh process back to 4 and every call is right on the grown and the shrunk communicator
-    (tests/scripts/grow_drive.py); two-nodes: ranks 0-1 and the new process on one emulated node, 2-3 on the
-    other (the network engine between them)."""
+    """4 ranks, rank 1 SIGKILLed at its 200th all_reduce: each survivor names it (before HPCCL_TIMEOUT),
+    shrinks to 3, grows by a fresh process back to 4 and every call is right on the grown and the shrunk
+    communicator (tests/scripts/grow_drive.py); two-nodes: ranks 0-1 and the new process on one emulated
+    node, 2-3 on the other (the network engine between them)."""
     kill_shrink_grow(tmp_path, nodes=nodes)
 
 

@@ -24,7 +24,7 @@ store = DirStore(store_dir)
 role, mode = os.environ["ROLE"], os.environ.get("MODE", "grow")
 n_new = int(os.environ.get("N_NEW", "1"))
 key = os.environ.get("KEY", "grow1")
-result = {"role": role, "mode": mode}
+result = {"role": role, "mode": mode, "t_start": time.time()}
 if os.environ.get("BUF", "numpy") == "cupy":
     import cupy as xp
     xp.cuda.Device(int(os.environ.get("DEVICE", "0"))).use()
@@ -86,8 +86,10 @@ try:
     t0 = time.monotonic()
     grown = base.grow(n_new, key=key)
     result.update(rank=grown.rank, size=grown.size, grow_s=round(time.monotonic() - t0, 3))
+    t0 = time.monotonic()
     result["checked"] = checked(grown)
     result["old_checked"] = checked(base)  # the communicator grown from still works
+    result["check_s"] = round(time.monotonic() - t0, 3)
     grown.destroy()
     if base is not comm:
         base.destroy()
