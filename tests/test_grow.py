@@ -7,7 +7,8 @@ communicator and every member gets a new communicator over old and new ranks, th
   one it grew from. One node, and two emulated nodes (the network engine between them).
 - over MPI (tests/scripts/grow_mpi.py): a 2-rank mpiexec job grows by a second 2-rank mpiexec job through an MPI
   port; every call checked on the grown communicator and the old one.
-- the errors: bad arguments named before anything moves; the side that never comes named within HPCCL_TIMEOUT
+- the errors: bad arguments named before anything moves (old ranks that disagree, a new MPI job of the wrong
+  size among them); the side that never comes named within HPCCL_TIMEOUT
   (over a store and over MPI), the old communicator still usable."""
 from __future__ import annotations
 
@@ -168,3 +169,34 @@ def test_join_names_the_old_ranks_that_never_grew(solo):
     with pytest.raises(hpccl.HpcclTimeoutError, match="never called grow with this key") as e:
         hpccl.join(store=store, rank=0, key="nobody")
     assert e.value.missing == [0] and 2 <= time.monotonic() - t0 < 2 + 3
+
+
+def test_grow_over_mpi_refuses_a_new_job_of_the_wrong_size(tmp_path):
+    """The old ranks grow by 2, a 1-rank job connects: both sides raise HpcclInvalidArgument (the old ranks
+    naming 'n_new', the new process 'mpi_comm'), saying how many came; the old communicator still works."""
+    env = plain_env({"PORT_FILE": str(tmp_path / "port"), "N_NEW": "2", "HPCCL_TIMEOUT": "30"})
+    old = start("grow_mpi.py", dict(env, ROLE="old"), mpi_n=2)
+    new = start("grow_mpi.py", dict(env, ROLE="new"), mpi_n=1)
+    outs = finish([old, new])
+    every = f"--- old:\n{outs[0][-3000:]}\n--- new:\n{outs[1][-3000:]}"
+    old_rows, new_rows = results(outs[0]), results(outs[1])
+    assert old.returncode == 0 and new.returncode == 0 and len(old_rows) == 2 and len(new_rows) == 1, every
+    for row in old_rows:
+        assert row["error"] == "HpcclInvalidArgument" and row["argument"] == "n_new", row
+        assert "1 new process(es) connected, but n_new=2" in row["message"], row
+        assert row["old_checked"] == every_at(2), row
+    assert new_rows[0]["error"] == "HpcclInvalidArgument" and new_rows[0]["argument"] == "mpi_comm", new_rows[0]
+    assert "n_new=2" in new_rows[0]["message"], new_rows[0]
+
+
+def test_old_ranks_that_disagree_are_told_so(tmp_path):
+    """Two old ranks over a store call grow with n_new 1 and 2: both raise HpcclInvalidArgument naming 'n_new'
+    and listing what each rank passed, before any new process is waited for."""
+    env = plain_env({"STORE_DIR": str(tmp_path), "HPCCL_TIMEOUT": "30", "ROLE": "old", "MODE": "grow", "SIZE": "2"})
+    procs = [start("grow_ranks.py", dict(env, RANK=str(r), N_NEW=str(r + 1))) for r in range(2)]
+    outs = finish(procs)
+    for p, out in zip(procs, outs):
+        rows = results(out)
+        assert p.returncode == 0 and len(rows) == 1, out[-3000:]
+        assert "HpcclInvalidArgument: [hpccl E2] argument 'n_new': the old ranks disagree: [1, 2]" in \
+            rows[0]["error_after"], rows[0]
