@@ -82,6 +82,7 @@ def kill_shrink_grow(store_dir: Path, n: int = 4, victim: int = 1, nodes: Option
         assert row["at"] - at < float(base["HPCCL_TIMEOUT"]), (row["at"] - at, row)  # seen, not waited out
         assert row["shrunk_size"] == n - 1 and row["shrunk_rank"] == survivors.index(r), row
         assert row["size"] == n and row["rank"] == survivors.index(r), row
+        assert row["nodes"] == len(set(nodes or [None])), row  # the grown communicator's nodes, as laid out
         assert row["checked"] == every_at(n) and row["old_checked"] == every_at(n - 1), row
     rows = results(outs[n])
     assert newcomer.returncode == 0 and len(rows) == 1 and "error" not in rows[0], every

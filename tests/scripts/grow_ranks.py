@@ -48,7 +48,8 @@ if role == "new":
     t0 = time.monotonic()
     try:
         grown = hpccl.join(store=store, rank=j, key=key)
-        result.update(rank=grown.rank, size=grown.size, join_s=round(time.monotonic() - t0, 3))
+        result.update(rank=grown.rank, size=grown.size, join_s=round(time.monotonic() - t0, 3),
+                      nodes=grown.num_nodes, path=grown._path)
         result["checked"] = checked(grown)
         grown.destroy()
     except Exception:  # noqa: BLE001 - reported: the test reads RESULT
@@ -85,7 +86,8 @@ try:
         comm.all_reduce(x, **kw)
     t0 = time.monotonic()
     grown = base.grow(n_new, key=key)
-    result.update(rank=grown.rank, size=grown.size, grow_s=round(time.monotonic() - t0, 3))
+    result.update(rank=grown.rank, size=grown.size, grow_s=round(time.monotonic() - t0, 3), nodes=grown.num_nodes,
+                  path=grown._path)
     t0 = time.monotonic()
     result["checked"] = checked(grown)
     result["old_checked"] = checked(base)  # the communicator grown from still works
