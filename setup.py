@@ -5,11 +5,12 @@ UCX headers, the install still succeeds and hpccl-info says which slower path is
   Python type, hpccl/csrc/_hotpath.c), and the C front door of host calls to either hot path
   (hpccl/csrc/_frontdoor.c);
 * hpccl._netengine: the network engine (UCX's UCP driven by a thread that never takes the GIL; its core in
-  plain C, hpccl/csrc/_netcore.c and hpccl/csrc/_netcalls.c), its Python types (hpccl/csrc/_netengine.c),
-  the C replay of recorded GPU calls (hpccl/csrc/_netreplay.c) and their front door (hpccl/csrc/_netdoor.c),
-  small host collectives across nodes in C (hpccl/csrc/_nethot.c) and the watchdog of GPU steps' stream waits (hpccl/csrc/_netwatch.c); built
-  against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's ucx, the libucx wheel (a
-  build requirement on Linux, so a plain ``pip install`` has it)."""
+  plain C, hpccl/csrc/_netbatch.c, _netctrl.c, _netcore.c and _netcalls.c), its Python types and module
+  (hpccl/csrc/_netmodule.c, _netengine.c, _netop.c, _netpy.c), the C replay of recorded GPU calls
+  (hpccl/csrc/_netreplay.c) and their front door (hpccl/csrc/_netdoor.c, _netkey.c), small host collectives
+  across nodes in C (hpccl/csrc/_nethot.c) and the watchdog of GPU steps' stream waits
+  (hpccl/csrc/_netwatch.c); built against the UCX found in this order: HPCCL_UCX_HOME, UCX_HOME, pkg-config's
+  ucx, the libucx wheel (a build requirement on Linux, so a plain ``pip install`` has it)."""
 import os
 import shutil
 import subprocess
@@ -48,8 +49,10 @@ def _ucx():
 # each extension's sources: its Python types, then its core in plain C (tests/test_sanitizers.py builds the
 # same lists)
 HOT_SOURCES = ["hpccl/csrc/_hotpath.c", "hpccl/csrc/_frontdoor.c", "hpccl/csrc/_hotcore.c"]
-NET_SOURCES = ["hpccl/csrc/_netengine.c", "hpccl/csrc/_netreplay.c", "hpccl/csrc/_netdoor.c", "hpccl/csrc/_nethot.c",
-               "hpccl/csrc/_netcore.c", "hpccl/csrc/_netcalls.c", "hpccl/csrc/_netwatch.c"]
+NET_SOURCES = ["hpccl/csrc/_netmodule.c", "hpccl/csrc/_netengine.c", "hpccl/csrc/_netop.c", "hpccl/csrc/_netreplay.c",
+               "hpccl/csrc/_netdoor.c", "hpccl/csrc/_netkey.c", "hpccl/csrc/_nethot.c", "hpccl/csrc/_netwatch.c",
+               "hpccl/csrc/_netpy.c", "hpccl/csrc/_netcalls.c", "hpccl/csrc/_netcore.c", "hpccl/csrc/_netctrl.c",
+               "hpccl/csrc/_netbatch.c"]
 exts = [Extension("hpccl._hotpath", HOT_SOURCES,
                   depends=["hpccl/csrc/_hotcore.h", "hpccl/csrc/_dtype.h", "hpccl/csrc/_reduce.h",
                            "hpccl/csrc/_copy.h"],
@@ -58,8 +61,8 @@ ucx = _ucx()
 if ucx is not None:
     inc, lib, rpath = ucx
     exts.append(Extension("hpccl._netengine", NET_SOURCES,
-                          depends=["hpccl/csrc/_netcore.h", "hpccl/csrc/_netpy.h", "hpccl/csrc/_dtype.h",
-                                   "hpccl/csrc/_reduce.h"],
+                          depends=["hpccl/csrc/_netcore.h", "hpccl/csrc/_netpy.h", "hpccl/csrc/_netdoor.h",
+                                   "hpccl/csrc/_lathist.h", "hpccl/csrc/_dtype.h", "hpccl/csrc/_reduce.h"],
                           extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-isystem", inc],
                           library_dirs=[lib], libraries=["ucp", "ucs", "ucm"],
                           extra_link_args=[f"-Wl,-rpath,{rpath}"] if rpath else [], optional=True))

@@ -330,20 +330,7 @@ void engine_template_retire(engine_t *e, batch_t *b) {
   if (held) batch_unref(b);
 }
 
-/* ----- control messages, failures, counters --------------------------------------------------------- */
-/* a control message (kind, who, seq) to ``peer``, not yet submitted: an abort does not cancel it */
-batch_t *engine_ctrl_batch(engine_t *e, int peer, int64_t kind, int64_t who, int64_t seq) {
-  batch_t *b = batch_new(1, BK_OP);
-  if (!b) return NULL;
-  b->ctrl[0] = kind; b->ctrl[1] = who; b->ctrl[2] = seq;
-  b->isctrl = 1;
-  op_t *o = &b->ops[0];
-  o->kind = K_SEND; o->peer = peer; o->buf = (char *)b->ctrl; o->len = sizeof b->ctrl;
-  o->tag = ((uint64_t)e->rank << RANK_SHIFT) | CTRL_TAG;
-  b->timeout = 5.0;
-  return b;
-}
-
+/* ----- failures, counters ------------------------------------------------------------------------------ */
 /* the first peer whose connection failed (why copied out), or -1 */
 int engine_dead(engine_t *e, char *why, size_t n) {
   if (atomic_load(&e->dead_rank) < 0) return -1;

@@ -1,151 +1,17 @@
 /* The network engine's own thread (and a waiting caller that drives progress in its place): batches
    queued, posted once their ready token comes, ended in order with their done words written; UCX's
-   callbacks, peer failures, timeouts, abort, control messages, and templates reposted when a graph
-   replay sets their arm word. Plain C: _netcore.h says what the engine is and how tags are made. */
+   callbacks, peer failures, timeouts, abort, and templates reposted when a graph replay sets their arm
+   word. Plain C: _netcore.h says what the engine is and how tags are made; the batches themselves are
+   _netbatch.c's, the control messages _netctrl.c's. */
 #include "_netcore.h"
 
 #include <poll.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* ----- batches ---------------------------------------------------------------------------------------- */
-/* one allocation for the batch and its ops (a replay makes one per piece and lane) */
-batch_t *batch_new(int nops, int bkind) {
-  batch_t *b = calloc(1, sizeof(batch_t) + (nops > 0 ? (size_t)nops : 1) * sizeof(op_t));
-  if (!b) return NULL;
-  b->ops = (op_t *)(b + 1);
-  b->nops = nops;
-  b->bkind = bkind;
-  b->epeer = -1;
-  atomic_init(&b->refs, 1);
-  atomic_init(&b->state, B_NEW);
-  for (int i = 0; i < nops; i++) b->ops[i].b = b;
-  return b;
-}
-
-/* a staged batch of up to SPARE_OPS messages (a piece on a lane sends and receives one each), reused from
-   e's spares when one is free; the caller's thread only (replays and Engine.staged, under the GIL) */
-#define SPARE_OPS 4
-static batch_t *staged_from(engine_t *e, batch_t **own, int nops, uint64_t *made) {
-  if (nops > SPARE_OPS) return batch_new(nops, BK_STAGED);
-  if (!*own) *own = atomic_exchange(&e->spare, NULL);
-  batch_t *b = *own;
-  if (b) {  /* clear what a staged batch reads (not the error text, label and control words that follow) */
-    *own = b->snext;
-    memset(b, 0, offsetof(batch_t, err));
-    b->err[0] = b->label[0] = 0;
-    memset(b + 1, 0, (size_t)nops * sizeof(op_t));
-  } else if (!(b = calloc(1, sizeof(batch_t) + SPARE_OPS * sizeof(op_t)))) {
-    return NULL;
-  } else if (made) {
-    (*made)++;
-  }
-  b->ops = (op_t *)(b + 1);
-  b->nops = nops;
-  b->bkind = BK_STAGED;
-  b->epeer = -1;
-  b->home = e;
-  atomic_init(&b->refs, 1);
-  atomic_init(&b->state, B_NEW);
-  for (int i = 0; i < nops; i++) b->ops[i].b = b;
-  return b;
-}
-
-batch_t *batch_staged(engine_t *e, int nops) { return staged_from(e, &e->spare_own, nops, &e->staged_made); }
-
-void batch_unref(batch_t *b) {
-  if (atomic_fetch_sub(&b->refs, 1) != 1) return;
-  engine_t *e = b->home;
-  if (!e) { free(b); return; }
-  b->snext = atomic_load(&e->spare);
-  while (!atomic_compare_exchange_weak(&e->spare, &b->snext, b)) {}
-}
-
-/* the spares an engine holds, freed with it (every staged batch has ended by then: engine_close) */
-void batch_spares_free(engine_t *e) {
-  batch_t *lists[3] = {atomic_exchange(&e->spare, NULL), e->spare_own, e->spare_eng};
-  e->spare_own = e->spare_eng = NULL;
-  for (int i = 0; i < 3; i++)
-    for (batch_t *b = lists[i], *n; b; b = n) { n = b->snext; free(b); }
-}
-
-void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) {
-  if (b->ecode) return;
-  b->ecode = code;
-  b->epeer = peer;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(b->err, sizeof b->err, fmt, ap);
-  va_end(ap);
-}
-
-/* queue a batch for the engine; ``wake``: rouse a sleeping engine thread (not needed when the caller is
-   about to drive progress itself, as engine_wait does, which hands back to the thread before it sleeps) */
-void submit_to(engine_t *e, batch_t *b, int take_ref, int wake) {
-  if (take_ref) atomic_fetch_add(&b->refs, 1);
-  b->qnext = NULL;
-  submit_chain(e, b, b, wake);
-}
-
-/* queue batches head..tail (linked by qnext, tail's NULL, each holding one reference for the engine) in one
-   hand-over: one lock and one store the engine's loop sees, however many pieces a replay made */
-void submit_chain(engine_t *e, batch_t *head, batch_t *tail, int wake) {
-  pthread_mutex_lock(&e->qlock);
-  if (e->qtail) e->qtail->qnext = head; else e->qhead = head;
-  e->qtail = tail;
-  atomic_store(&e->queued, 1);
-  pthread_mutex_unlock(&e->qlock);
-  if (wake && atomic_load(&e->sleeping)) wake_engine(e);
-}
-
-/* rouse the engine thread from its poll() (callers check ``sleeping`` first where it may be awake) */
-void wake_engine(engine_t *e) {
-  uint64_t one = 1;
-  atomic_fetch_add_explicit(&e->wakes, 1, memory_order_relaxed);
-  ssize_t w = write(e->wake, &one, sizeof one);
-  (void)w;
-}
-
-void submit(engine_t *e, batch_t *b, int take_ref) { submit_to(e, b, take_ref, 1); }
-
-/* the tag of the next eager message of ``kind`` to or from ``peer``: per-pair sequence numbers taken in
-   submission order, so both ends of a pair number their messages alike (caller's thread only) */
-uint64_t eager_tag(engine_t *e, int kind, int peer) {
-  return kind == K_SEND ? ((uint64_t)e->rank << RANK_SHIFT) | (e->send_seq[peer]++ & EAGER_MASK)
-                        : ((uint64_t)peer << RANK_SHIFT) | (e->recv_seq[peer]++ & EAGER_MASK);
-}
-
-/* hand b (its ops filled in) to the engine as an eager GPU network step: tags now, in call order; posted
-   once *ready reaches tok (gate: nonzero then, nothing is sent); *done = val when it ends, in FIFO order.
-   ``wake`` 0: the caller wakes the engine once after its last submission (wake_if_sleeping) */
-void submit_staged(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
-                   uint32_t val, double timeout, const char *label, int wake) {
-  stage_batch(e, b, ready, tok, gate, done, val, timeout, label);
-  submit_to(e, b, 0, wake);  /* the engine's reference is the only one */
-}
-
-/* what submit_staged does short of queueing: tags taken now (in call order), words and label set */
-void stage_batch(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t gate, uint64_t done,
-                 uint32_t val, double timeout, const char *label) {
-  for (int i = 0; i < b->nops; i++) b->ops[i].tag = eager_tag(e, b->ops[i].kind, b->ops[i].peer);
-  b->ready = ready ? (volatile uint32_t *)(uintptr_t)ready : NULL;
-  b->ready_tok = tok;
-  b->gate = gate ? (volatile uint32_t *)(uintptr_t)gate : NULL;
-  b->done = done ? (volatile uint32_t *)(uintptr_t)done : NULL;
-  b->done_val = val;
-  b->ordered = b->done != NULL;
-  b->timeout = timeout;
-  snprintf(b->label, sizeof b->label, "%s", label);
-}
-
-void wake_if_sleeping(engine_t *e) {
-  if (atomic_load(&e->sleeping)) wake_engine(e);
-}
 
 /* ----- UCX callbacks (engine thread, inside ucp_worker_progress) ------------------------------------- */
 void op_end(op_t *o, ucs_status_t st, size_t got) {
@@ -182,12 +48,6 @@ static void send_cb(void *req, ucs_status_t st, void *ud) {
 static void recv_cb(void *req, ucs_status_t st, const ucp_tag_recv_info_t *info, void *ud) {
   (void)req;
   op_end((op_t *)ud, st, st == UCS_OK ? info->length : 0);
-}
-
-static void ctrl_cb(void *req, ucs_status_t st, const ucp_tag_recv_info_t *info, void *ud) {
-  (void)req; (void)info;
-  engine_t *e = ud;
-  e->ctrl_ready = st == UCS_OK ? 1 : -1;
 }
 
 void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st) {
@@ -476,55 +336,6 @@ static void abort_all(engine_t *e) {
   }
 }
 
-void post_ctrl_recv(engine_t *e) {
-  ucp_request_param_t prm;
-  memset(&prm, 0, sizeof prm);
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-  prm.cb.recv = ctrl_cb;
-  prm.user_data = e;
-  prm.memory_type = UCS_MEMORY_TYPE_HOST;
-  e->ctrl_ready = 0;
-  ucs_status_ptr_t r = ucp_tag_recv_nbx(e->worker, e->ctrl_in, sizeof e->ctrl_in, CTRL_TAG, SEQ_MASK, &prm);
-  if (r == NULL) e->ctrl_ready = 1;
-  else if (UCS_PTR_IS_ERR(r)) { e->ctrl_req = NULL; e->ctrl_ready = -2; }
-  else e->ctrl_req = r;
-}
-
-static int ctrl_progress(engine_t *e) {
-  int n = 0;
-  while (e->ctrl_ready) {
-    if (e->ctrl_ready == -2) return n;  /* could not post: control messages are off */
-    int64_t kind = e->ctrl_in[0], who = e->ctrl_in[1];
-    if (e->ctrl_ready == 1 && (kind == CTRL_CLOSING || kind == CTRL_CLOSED)) {
-      if (who >= 0 && who < e->size && who != e->rank) {
-        if (kind == CTRL_CLOSED) {
-          atomic_store(&e->confirmed[who], 1);
-        } else {
-          /* everything ``who`` sent before its goodbye has been read (one connection, in order): confirm */
-          atomic_store(&e->closing[who], 1);
-          batch_t *r = engine_ctrl_batch(e, (int)who, CTRL_CLOSED, e->rank, 0);
-          if (r) submit_to(e, r, 0, 0);
-        }
-      }
-    } else if (e->ctrl_ready == 1) {
-      int t = atomic_load(&e->ctrl_tail);
-      if (t - atomic_load(&e->ctrl_head) < CTRL_RING) {
-        memcpy(e->ctrl_ring[t % CTRL_RING], e->ctrl_in, sizeof e->ctrl_in);
-        atomic_store(&e->ctrl_tail, t + 1);
-      }
-      if (e->ctrl_in[0] == 1) {  /* ABORT: fail what waits, at once */
-        int none = -1;
-        atomic_compare_exchange_strong(&e->aborted_by, &none, (int)e->ctrl_in[1]);
-        atomic_store(&e->aborting, 1);
-      }
-    }
-    if (e->ctrl_req) { ucp_request_free(e->ctrl_req); e->ctrl_req = NULL; }
-    post_ctrl_recv(e);
-    n++;
-  }
-  return n;
-}
-
 /* a piped step's pieces on this lane (BK_PIPE, see batch_t) made into staged batches and activated in piece
    order (their done words are written in that order); d itself goes. Out of memory: d becomes an empty
    failed batch whose done value is the lane's last, after the pieces made so far, so no wait is left behind */
@@ -533,7 +344,7 @@ static void expand_pipe(engine_t *e, batch_t *d) {
   for (int i = 0; i < d->pipe.k; i++) {
     uint64_t g = (uint64_t)d->pipe.lane + (uint64_t)i * (uint64_t)d->pipe.lanes;
     int snd = g < (uint64_t)d->pipe.ks, rcv = g < (uint64_t)d->pipe.kr;
-    batch_t *b = staged_from(e, &e->spare_eng, snd + rcv, NULL);
+    batch_t *b = batch_staged_engine(e, snd + rcv);
     if (!b) {
       d->bkind = BK_STAGED;
       d->done_val = d->pipe.v0 + (uint32_t)(d->pipe.k - 1);

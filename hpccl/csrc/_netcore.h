@@ -1,8 +1,8 @@
 /* hpccl's network engine core, in plain C (no Python): one UCP worker per communicator, driven by a
-   progress thread that never takes the GIL and never calls CUDA. _netcore.c is the engine thread's side
-   (batches posted and ended, failures, timeouts, abort, control messages, templates' arm words),
-   _netcalls.c the callers' side (set-up, connect, waiting, templates, queries, close). The Python types
-   over it: _netengine.c (Engine, Op, Template), _netreplay.c (NetProgram), _nethot.c (NetHot).
+   progress thread that never takes the GIL and never calls CUDA. _netbatch.c makes and queues batches,
+   _netctrl.c keeps the control channel, _netcore.c is the engine thread's side (batches posted and ended,
+   failures, timeouts, abort, templates' arm words), _netcalls.c the callers' side (set-up, connect,
+   waiting, templates, queries, close). The Python types over it are declared in _netpy.h.
 
    Work arrives as batches of tagged sends and receives of host memory:
      * from the caller's thread (host collectives, and GPU network steps staged through pinned host
@@ -196,9 +196,14 @@ typedef struct {
   char msg[256];
 } ne_err;
 
-/* ----- _netcore.c: batches and the engine thread ----- */
+/* The engine's C, one way down: _netcalls.c (callers' threads) -> _netcore.c (the engine thread) ->
+   _netctrl.c (control messages) -> _netbatch.c (batches); nothing below calls a file above it
+   (tests/test_imports.py checks it). */
+
+/* ----- _netbatch.c: batches made, failed, released, queued ----- */
 batch_t *batch_new(int nops, int bkind);
 batch_t *batch_staged(engine_t *e, int nops);
+batch_t *batch_staged_engine(engine_t *e, int nops);
 void batch_unref(batch_t *b);
 void batch_spares_free(engine_t *e);
 void batch_fail(batch_t *b, int code, int peer, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -213,9 +218,15 @@ void stage_batch(engine_t *e, batch_t *b, uint64_t ready, uint32_t tok, uint64_t
                  uint32_t val, double timeout, const char *label);
 void wake_if_sleeping(engine_t *e);
 void wake_engine(engine_t *e);
+
+/* ----- _netctrl.c: the control channel ----- */
+void post_ctrl_recv(engine_t *e);
+int ctrl_progress(engine_t *e);
+batch_t *engine_ctrl_batch(engine_t *e, int peer, int64_t kind, int64_t who, int64_t seq);
+
+/* ----- _netcore.c: the engine thread (and a caller driving progress in its place, wlock held) ----- */
 void op_end(op_t *o, ucs_status_t st, size_t got);
 void ep_err_cb(void *arg, ucp_ep_h ep, ucs_status_t st);
-void post_ctrl_recv(engine_t *e);
 int drain(engine_t *e);
 int finalize(engine_t *e);
 void cancel_batch(engine_t *e, batch_t *b, int only_peer);
@@ -240,7 +251,6 @@ int engine_template_prepare(engine_t *e, batch_t *b, uint64_t done, uint64_t arm
                             const char *label);
 void engine_template_hold(engine_t *e, batch_t *b);
 void engine_template_retire(engine_t *e, batch_t *b);
-batch_t *engine_ctrl_batch(engine_t *e, int peer, int64_t kind, int64_t who, int64_t seq);
 int engine_dead(engine_t *e, char *why, size_t n);
 int engine_error(engine_t *e, int *epeer, char *msg, size_t n);
 void engine_abort(engine_t *e, int origin);

@@ -1,14 +1,12 @@
-/* hpccl._netengine's Python face: Engine (one network engine, _netcore.h), Op (a batch Python owns),
-   Template (a step captured in a CUDA graph) and the module. Argument parsing, object lifetimes, the GIL
-   released around what may block, exceptions; the engine's work is in _netcore.c and _netcalls.c, the
-   NetProgram and NetHot types in _netreplay.c and _nethot.c. */
+/* hpccl._netengine's Engine type (_netpy.h): one network engine (_netcore.h) as Python sees it. Argument
+   parsing, object lifetimes, the GIL released around what may block, exceptions; the engine's work is in
+   _netcalls.c and below, the objects it hands out (Op, Template) in _netop.c, its program() in _netreplay.c,
+   the module in _netmodule.c. */
 #include "_netpy.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-PyObject *HpErr;
 
 /* the exception for a failed call of _netcalls.c */
 static void raise_ne(const ne_err *err) {
@@ -26,225 +24,7 @@ static void raise_ne(const ne_err *err) {
   }
 }
 
-/* ----- Op (one batch owned by Python) ---------------------------------------------------------------- */
-typedef struct {
-  PyObject_HEAD
-  Engine *eng;
-  batch_t *b;
-  Py_buffer view;
-  int have_view;
-} Op;
-
-static PyTypeObject OpType;
-
-static PyObject *raise_batch(batch_t *b) {
-  PyObject *args = Py_BuildValue("(iis)", b->ecode, b->epeer, b->err);
-  if (args) { PyErr_SetObject(HpErr, args); Py_DECREF(args); }
-  return NULL;
-}
-
-/* wait (without the GIL) until the batch has ended or ``seconds`` pass; 1 if ended */
-int batch_wait(Engine *e, batch_t *b, double seconds) {
-  int st = atomic_load_explicit(&b->state, memory_order_acquire);
-  if (st >= B_DONE) return 1;
-  if (seconds <= 0) return 0;
-  int ended;
-  Py_BEGIN_ALLOW_THREADS
-  ended = engine_wait(&e->core, b, seconds);
-  Py_END_ALLOW_THREADS
-  return ended;
-}
-
-static int op_wait_release(Op *o, double seconds) { return batch_wait(o->eng, o->b, seconds); }
-
-static PyObject *Op_test(Op *self, PyObject *noargs) {
-  (void)noargs;
-  int st = atomic_load_explicit(&self->b->state, memory_order_acquire);
-  if (st == B_DONE) Py_RETURN_TRUE;
-  if (st == B_FAILED) return raise_batch(self->b);
-  Py_RETURN_FALSE;
-}
-
-static PyObject *Op_wait(Op *self, PyObject *args) {
-  double seconds;
-  if (!PyArg_ParseTuple(args, "d", &seconds)) return NULL;
-  if (!op_wait_release(self, seconds)) Py_RETURN_FALSE;
-  return Op_test(self, NULL);
-}
-
-static PyObject *Op_done(Op *self, PyObject *noargs) {
-  (void)noargs;
-  return PyBool_FromLong(atomic_load(&self->b->state) >= B_DONE);
-}
-
-/* Sends dropped while UCX still reads their buffers. UCX cannot cancel a send, and a rendezvous send whose
-   receiver gave up ends only when its endpoint closes; waiting for it made every such Op's unwinding cost a
-   second (an error past HPCCL_TIMEOUT). Their views are parked here instead and let go by the first sweep
-   (each Op's dealloc, each engine's close, parked()) after their batches end or their engines close.
-   Guarded by the GIL. */
-typedef struct parked {
-  struct parked *next;
-  Engine *eng;
-  batch_t *b;
-  Py_buffer view;
-} parked_t;
-
-static parked_t *parked_sends;
-static long n_parked;
-
-static void park_sweep(void) {
-  parked_t *ended = NULL;
-  for (parked_t **pp = &parked_sends; *pp;) {  /* unlinked first: releasing runs Python, which may sweep */
-    parked_t *p = *pp;
-    if (atomic_load(&p->b->state) >= B_DONE || p->eng->core.closed) {
-      *pp = p->next;
-      p->next = ended;
-      ended = p;
-      n_parked--;
-    } else {
-      pp = &p->next;
-    }
-  }
-  while (ended) {
-    parked_t *p = ended;
-    ended = p->next;
-    PyBuffer_Release(&p->view);
-    batch_unref(p->b);
-    Py_DECREF(p->eng);
-    free(p);
-  }
-}
-
-/* park o's send (its view, batch and engine move to the list); 0 when out of memory (the caller waits) */
-static int park(Op *o) {
-  parked_t *p = malloc(sizeof *p);
-  if (!p) return 0;
-  p->eng = o->eng;
-  p->b = o->b;
-  p->view = o->view;
-  p->next = parked_sends;
-  parked_sends = p;
-  n_parked++;
-  o->eng = NULL;
-  o->b = NULL;
-  o->have_view = 0;
-  return 1;
-}
-
-static void Op_dealloc(Op *self) {
-  park_sweep();
-  if (self->b) {
-    int st = atomic_load(&self->b->state);
-    int send = self->b->nops == 1 && self->b->ops[0].kind == K_SEND && self->have_view;
-    if (st < B_DONE && self->eng && !self->eng->core.closed && send && park(self)) {
-      Py_TYPE(self)->tp_free((PyObject *)self);
-      return;
-    }
-    if (st < B_DONE && self->eng && !self->eng->core.closed) {
-      /* a receive dropped in flight (an exception unwound past it): the buffer must outlive UCX's writes */
-      op_wait_release(self, 1.0);
-    }
-    if (atomic_load(&self->b->state) >= B_DONE || (self->eng && self->eng->core.closed)) {
-      if (self->have_view) PyBuffer_Release(&self->view);
-    }  /* else: leak the view rather than free memory UCX may still write */
-    batch_unref(self->b);
-  }
-  Py_XDECREF(self->eng);
-  Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyMethodDef Op_methods[] = {
-  {"test", (PyCFunction)Op_test, METH_NOARGS, "True when done; raises EngineError if it failed."},
-  {"wait", (PyCFunction)Op_wait, METH_VARARGS, "wait(seconds): block without the GIL; then as test()."},
-  {"ended", (PyCFunction)Op_done, METH_NOARGS, "True when done or failed (never raises)."},
-  {NULL, NULL, 0, NULL}};
-
-static PyTypeObject OpType = {
-  PyVarObject_HEAD_INIT(NULL, 0)
-  .tp_name = "hpccl._netengine.Op",
-  .tp_basicsize = sizeof(Op),
-  .tp_flags = Py_TPFLAGS_DEFAULT,
-  .tp_doc = "One send or receive (or control message) in flight.",
-  .tp_methods = Op_methods,
-  .tp_dealloc = (destructor)Op_dealloc,
-};
-
-/* ----- Template (a captured network step, reposted by each graph replay) ---------------------------- */
-typedef struct {
-  PyObject_HEAD
-  Engine *eng;
-  batch_t *b;
-} Template;
-
-static PyTypeObject TemplateType;
-
-/* stop polling t's arm word (its memory is about to be freed; engine_template_retire) */
-static void template_retire(Template *t) {
-  Engine *e = t->eng;
-  batch_t *b = t->b;
-  if (!e || !b || !b->arm) return;
-  Py_BEGIN_ALLOW_THREADS
-  engine_template_retire(&e->core, b);
-  Py_END_ALLOW_THREADS
-}
-
-static void Template_dealloc(Template *self) {
-  template_retire(self);
-  if (self->b) {
-    int st = atomic_load(&self->b->state);
-    if (st == B_NEW || st == B_ACTIVE) {
-      /* still in flight: leak it (its memory is referenced by the engine) */
-    } else {
-      batch_unref(self->b);
-    }
-  }
-  Py_XDECREF(self->eng);
-  Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *Template_state(Template *self, PyObject *noargs) {
-  (void)noargs;
-  return Py_BuildValue("(iI)", atomic_load(&self->b->state), (unsigned)atomic_load(&self->b->replays));
-}
-
-static PyObject *Template_retire(Template *self, PyObject *noargs) {
-  (void)noargs;
-  template_retire(self);
-  Py_RETURN_NONE;
-}
-
-static PyMethodDef Template_methods[] = {
-  {"state", (PyCFunction)Template_state, METH_NOARGS, "(state, replays so far)."},
-  {"retire", (PyCFunction)Template_retire, METH_NOARGS, "Stop polling the arm word (before its memory is freed)."},
-  {NULL, NULL, 0, NULL}};
-
-static PyTypeObject TemplateType = {
-  PyVarObject_HEAD_INIT(NULL, 0)
-  .tp_name = "hpccl._netengine.Template",
-  .tp_basicsize = sizeof(Template),
-  .tp_flags = Py_TPFLAGS_DEFAULT,
-  .tp_doc = "A network step captured in a CUDA graph: the engine posts it whenever a replay sets its arm word.",
-  .tp_methods = Template_methods,
-  .tp_dealloc = (destructor)Template_dealloc,
-};
-
 /* ----- Engine ----------------------------------------------------------------------------------------- */
-int check_open(Engine *e) {
-  if (e->core.closed || !e->core.started) {
-    PyErr_SetString(PyExc_RuntimeError, e->core.closed ? "the network engine is closed" : "the network engine is not connected");
-    return -1;
-  }
-  return 0;
-}
-
-int check_peer(Engine *e, int peer) {
-  if (peer < 0 || peer >= e->core.size || peer == e->core.rank) {
-    PyErr_Format(PyExc_ValueError, "peer %d is not another rank of 0..%d", peer, e->core.size - 1);
-    return -1;
-  }
-  return 0;
-}
-
 static int Engine_init(Engine *self, PyObject *args, PyObject *kw) {
   static char *kws[] = {"rank", "size", "config", NULL};
   int rank, size;
@@ -325,16 +105,6 @@ static PyObject *Engine_connect(Engine *self, PyObject *args) {
   free(as); free(rs);
   if (rc < 0) { raise_ne(&err); return NULL; }
   Py_RETURN_NONE;
-}
-
-static Op *new_op(Engine *e, batch_t *b) {
-  Op *o = PyObject_New(Op, &OpType);
-  if (!o) return NULL;
-  Py_INCREF(e);
-  o->eng = e;
-  o->b = b;
-  o->have_view = 0;
-  return o;
 }
 
 /* send(peer, buffer[, timeout, p2p]) / recv(...): one message (p2p: a point-to-point one, tagged so a receive
@@ -446,13 +216,10 @@ static PyObject *Engine_template(Engine *self, PyObject *args) {
       PyErr_SetString(PyExc_ValueError, "a captured network step has more than 128 messages to one peer");
     return NULL;
   }
-  Template *t = PyObject_New(Template, &TemplateType);
+  PyObject *t = template_new(self, b);
   if (!t) { batch_unref(b); return NULL; }
-  Py_INCREF(self);
-  t->eng = self;
-  t->b = b;
   engine_template_hold(&self->core, b);
-  return (PyObject *)t;
+  return t;
 }
 
 static PyObject *Engine_ctrl_send(Engine *self, PyObject *args) {
@@ -647,56 +414,3 @@ PyTypeObject EngineType = {
   .tp_new = PyType_GenericNew,
   .tp_dealloc = (destructor)Engine_dealloc,
 };
-
-/* ----- the module ------------------------------------------------------------------------------------ */
-static PyObject *mod_version(PyObject *m, PyObject *noargs) {
-  (void)m; (void)noargs;
-  unsigned maj, min, rel;
-  ucp_get_version(&maj, &min, &rel);
-  return Py_BuildValue("((III)(ii))", maj, min, rel, UCP_API_MAJOR, UCP_API_MINOR);
-}
-
-static PyObject *mod_parked(PyObject *m, PyObject *noargs) {
-  (void)m; (void)noargs;
-  park_sweep();
-  return PyLong_FromLong(n_parked);
-}
-
-static PyMethodDef mod_methods[] = {
-  {"version", mod_version, METH_NOARGS, "((loaded libucp version), (headers built against))"},
-  {"parked", mod_parked, METH_NOARGS,
-   "sends dropped in flight whose buffers are still held for UCX (after letting go of those that ended)"},
-  {NULL, NULL, 0, NULL}};
-
-static struct PyModuleDef moddef = {PyModuleDef_HEAD_INIT, "hpccl._netengine",
-                                    "hpccl's native UCX network engine (a GIL-free progress thread).", -1,
-                                    mod_methods, NULL, NULL, NULL, NULL};
-
-PyMODINIT_FUNC PyInit__netengine(void) {
-  if (PyType_Ready(&EngineType) < 0 || PyType_Ready(&OpType) < 0 || PyType_Ready(&TemplateType) < 0 ||
-      PyType_Ready(&NetHotType) < 0 ||
-      PyType_Ready(&NetProgramType) < 0 || PyType_Ready(&NetWatchType) < 0 || PyType_Ready(&NetDoorType) < 0)
-    return NULL;
-  PyObject *m = PyModule_Create(&moddef);
-  if (!m) return NULL;
-  HpErr = PyErr_NewException("hpccl._netengine.EngineError", PyExc_RuntimeError, NULL);
-  Py_INCREF(&EngineType);
-  PyModule_AddObject(m, "Engine", (PyObject *)&EngineType);
-  PyModule_AddObject(m, "EngineError", HpErr);
-  Py_INCREF(&NetHotType);
-  PyModule_AddObject(m, "NetHot", (PyObject *)&NetHotType);
-  Py_INCREF(&NetProgramType);
-  PyModule_AddObject(m, "NetProgram", (PyObject *)&NetProgramType);
-  Py_INCREF(&NetDoorType);
-  PyModule_AddObject(m, "NetDoor", (PyObject *)&NetDoorType);
-  Py_INCREF(&NetWatchType);
-  PyModule_AddObject(m, "NetWatch", (PyObject *)&NetWatchType);
-  PyModule_AddIntConstant(m, "SEND", K_SEND);
-  PyModule_AddIntConstant(m, "RECV", K_RECV);
-  PyModule_AddIntConstant(m, "E_PEER", E_PEER);
-  PyModule_AddIntConstant(m, "E_TIMEOUT", E_TIMEOUT);
-  PyModule_AddIntConstant(m, "E_ABORT", E_ABORT);
-  PyModule_AddIntConstant(m, "E_SIZE", E_SIZE);
-  PyModule_AddIntConstant(m, "E_CLOSED", E_CLOSED);
-  return m;
-}

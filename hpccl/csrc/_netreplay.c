@@ -185,7 +185,7 @@ PyObject *Engine_program(Engine *self, PyObject *args) {
   for (Py_ssize_t j = 0; j < nl; j++) {
     PyObject *e;
     unsigned long long dh, dd;
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(lanes, j), "O!KK", &EngineType, &e, &dh, &dd)) { Py_DECREF(p); return NULL; }
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(lanes, j), "O!KK", Py_TYPE(self), &e, &dh, &dd)) { Py_DECREF(p); return NULL; }
     Py_INCREF(e);
     p->eng[p->nlanes] = (Engine *)e;
     p->done_h[p->nlanes] = dh;
