@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpccl.gpu import netstep
+from hpccl.gpu import netplan, netstage, netstep
 
 
 class _Rec:
@@ -66,7 +66,7 @@ def _net(slice_bytes: int, lanes: int = 1):
     n.engs = [n.eng] * lanes
     n.dones = [(0, 0)] * lanes
     n.gate, n.timeout, n.slice = None, 5.0, slice_bytes
-    n.st = netstep.new_state()
+    n.st = netstage.new_state()
     n.rec = None
     n.ready_d = n.done_d = n.ready_h = n.done_h = 0
     n.steps = 0
@@ -137,7 +137,7 @@ def test_lanes_deepen_the_pipeline():
 def test_lanes_cut_a_message_of_few_slices_into_a_piece_per_lane():
     """A message within one slice but of several MIN_PIECEs goes out in one post, a piece on each lane (the
     wire of every lane busy); smaller ones stay whole; more pieces than lanes when the slices say so."""
-    mp = netstep.MIN_PIECE
+    mp = netplan.MIN_PIECE
     net = _net(1 << 20, lanes=4)
     assert net._pieces(512 << 10) == [(i * (128 << 10), 128 << 10) for i in range(4)]
     assert net._pieces(2 * mp) == [(0, mp), (mp, mp)]
@@ -159,7 +159,7 @@ def test_a_captured_step_is_a_template_per_lane_armed_then_waited():
     net.driver = _Rec(capturing=True)
     net.eng = _Eng(net.driver.log)
     net.engs = [net.eng] * 4
-    net._graph, net._gwords, net._gword_next, net.captured, net._armed = [], None, netstep._WORDS, 0, []
+    net._graph, net._gwords, net._gword_next, net.captured, net._armed = [], None, netstage._WORDS, 0, []
     n = 1 << 20
     buf = np.zeros(n // 4, np.float32)
     net.step(0, [(1, 0x1000, n)], [(1, n, buf, None, None)], "x", lambda a, r: None)
@@ -174,4 +174,4 @@ def test_a_captured_step_is_a_template_per_lane_armed_then_waited():
     assert [log[i][1] for i in writes] == [0, 1] * 4 and [log[i][1] for i in waits] == [1] * 4
     assert max(writes) < min(waits)
     small = _net(1 << 20, lanes=4)
-    assert small._lane_pieces(netstep.MIN_PIECE + 256) == [(0, netstep.MIN_PIECE + 256)]
+    assert small._lane_pieces(netplan.MIN_PIECE + 256) == [(0, netplan.MIN_PIECE + 256)]

@@ -112,7 +112,8 @@ class DeviceSide:
         engine = comm._table.find("engine")
         if engine is not None:
             # the communicator's own engine: staged steps on the caller's stream (hpccl/gpu/netstep.py)
-            from .netstep import StagedNet, StagedPrimitives, StagedRunner
+            from .netprims import StagedPrimitives, StagedRunner
+            from .netstep import StagedNet
             # lanes: the fewest any rank wants (every rank must cut pieces to the same lanes); collective
             parent = getattr(comm, "_parent", None)  # hier's sub-communicator: its node holds the parent's ranks
             here = parent.local_size if parent is not None else comm.local_size
@@ -201,8 +202,8 @@ class DeviceSide:
             self.proxy.raise_error()
 
     def close(self) -> None:
-        if self.graph_keep:  # a captured graph may be replayed after this: its temporaries stay (netstep.ORPHANS)
-            from .netstep import ORPHANS
+        if self.graph_keep:  # a captured graph may be replayed after this: its temporaries stay (netstage.ORPHANS)
+            from .netstage import ORPHANS
             ORPHANS.keep(self.graph_keep)
         self.graph_keep = []
         if self.hier is not None:

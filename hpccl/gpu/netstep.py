@@ -34,68 +34,21 @@ from __future__ import annotations
 
 import ctypes
 import re
-import threading
-import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .. import config, log
+from .. import config
 from ..errors import HpcclError, HpcclTimeoutError
-from ..runtime.primitives import Primitives, Recv, Send
-from ..runtime.progress import Waiter
 from .gpu_sync import wanted
+from .netplan import MAX_LANES, NetPlan, _align, _flat_recvs, _messages, _piece_of, _sizes
+from .netstage import _WORDS, NO_STREAM, ORPHANS, WAIT_GEQ, _Pinned, _put_limit, new_state
 from .netwatch import STUCK_WATCH, limit_s, watch
-
-WAIT_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ (wrap-around safe)
-_ALIGN = 256
-_WORDS = 1024  # done words per page of pinned words (one per captured step)
-
-
-NO_STREAM = (1 << 64) - 1
-
-
-MAX_LANES = 8
-PIPE_BLOCKS = 8  # pieces a piped step's kernel has in flight (a block each)
-MIN_PIECE = 64 << 10  # smallest piece a message is cut into to fill its lanes (each piece is a UCX message)
-
-
-class NetState(ctypes.Structure):
-    """Counters of one communicator's eager network steps, shared with the C replay of recorded calls
-    (hpccl/csrc/_netreplay.c, net_state: keep the layouts equal): ready tokens written, the stream of the latest
-    call, whether the join event was recorded after it, and per lane the done values handed out."""
-    _fields_ = [("tok", ctypes.c_uint32), ("_pad0", ctypes.c_uint32), ("last_stream", ctypes.c_uint64),
-                ("joinable", ctypes.c_int32), ("_pad1", ctypes.c_int32), ("val", ctypes.c_uint32 * MAX_LANES)]
-
-
-def new_state() -> NetState:
-    st = NetState()
-    st.last_stream = NO_STREAM
-    return st
-
-
-def _align(n: int) -> int:
-    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
-
-
-class _Pinned:
-    """One pinned, device-mapped host allocation."""
-
-    def __init__(self, driver: Any, nbytes: int) -> None:
-        self.driver = driver
-        self.nbytes = max(nbytes, 64)
-        self.host = driver.host_alloc(self.nbytes)
-        self.dev = driver.host_device_pointer(self.host)
-
-    def free(self) -> None:
-        if self.host:
-            self.driver.mem_free_host(ctypes.c_void_p(self.host))
-            self.host = 0
 
 
 _NETS: "weakref.WeakSet[StagedNet]" = weakref.WeakSet()  # this process's live ones, for "another is live"
 
 
-class StagedNet:
+class StagedNet(NetPlan):
     """The device half of one communicator's network path: staging memory, the ready/done words, and
     the hand-over of each step to the engine."""
 
@@ -297,25 +250,6 @@ class StagedNet:
             out.append((j, val))
         return out
 
-    def fusable(self, sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
-        """Whether one exchange can run as one kernel (step_fused): not under capture (the caller checks),
-        at most one message each way, each within HPCCL_NET_FUSED_SIZE (so one piece, on lane 0), a
-        contiguous receive buffer (and source)."""
-        lim = self.fused_size
-        return (_one_each(sends, recvs) and all(self._one_piece(n, lim) for _p, _ptr, n in sends)
-                and all(self._one_piece(r[1], lim) for r in recvs))
-
-    def _one_piece(self, n: int, lim: int) -> bool:
-        """n within the fused limit, and a message the other paths would send whole on lane 0 too (so a
-        peer with another limit, or none, posts the same messages)."""
-        return n <= lim and (not self.slice or len(self._pieces(n)) == 1)
-
-    def pipeable(self, sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
-        """Whether one exchange can run as one piped kernel (step_piped): HPCCL_NET_PIPE on, not under
-        capture (the caller checks), at most one message each way, a contiguous receive buffer (and
-        source)."""
-        return self.pipe and _one_each(sends, recvs)
-
     def step_piped(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
                    launch: Callable[..., tuple]) -> None:
         """One exchange of one message each way as one kernel walking its pieces (hp_net_pipe): piece i goes
@@ -371,10 +305,6 @@ class StagedNet:
         if self.rec is not None:
             self.rec.sync(n, stream)
 
-    def _cut(self, n: int) -> List[tuple]:
-        """An eager message's pieces: _pieces, or the whole message when HPCCL_NET_SLICE is 0."""
-        return self._pieces(n) if self.slice else [(0, n)]
-
     def step_fused(self, stream: int, send: Optional[tuple], recv: Optional[tuple], label: str,
                    launch: Callable[..., tuple]) -> None:
         """One small exchange as one kernel on ``stream``: the engine is handed the step's messages now,
@@ -429,22 +359,6 @@ class StagedNet:
             if self.rec is not None:
                 self.rec.wait(j, val, s.value or 0)
         return 0
-
-    def _pieces(self, n: int) -> List[tuple]:
-        """(offset, length) of each piece of an n-byte message: ceil(n / slice) equal pieces, and with L lanes
-        at least min(L, n / MIN_PIECE), so a message of a few slices still keeps every lane busy; whole
-        256-byte units but the last. A function of n and the lane count alone (every rank has the same), so
-        sender and receiver cut alike and the engine's per-peer tags match; 0 bytes is one piece."""
-        k = -(-n // self.slice) if n > self.slice else 1
-        lanes = len(self.engs)
-        if lanes > 1:
-            k = max(k, min(lanes, n // MIN_PIECE))
-        return _split(n, k)
-
-    def _lane_pieces(self, n: int) -> List[tuple]:
-        """A captured message's pieces: one per lane, equal, each at least MIN_PIECE (a captured step is one
-        template per lane, so its messages are not sliced further)."""
-        return _split(n, min(len(self.engs), max(1, n // MIN_PIECE)))
 
     def _step_sliced(self, stream: int, sends: Sequence[tuple], recvs: Sequence[tuple], label: str,
                      consume: Callable[[int, tuple], None], total: int) -> None:
@@ -570,121 +484,6 @@ class StagedNet:
             self._join_ev = 0
 
 
-class _Orphans:
-    """Captured steps of destroyed communicators. Replaying a graph after its communicator is destroyed is
-    an error (as with NCCL), but it must not hang nor write freed memory: the steps' words and staging stay
-    allocated until the process ends, and a thread answers each replay's arm word with done := 1 (nothing
-    moves, the stream goes on) and logs the error once per communicator."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._words: List[tuple] = []  # (arm, done, index of the communicator's entry in _seen)
-        self._keep: List[Any] = []
-        self._seen: List[bool] = []
-        self._thread: Optional[Any] = None
-
-    def adopt(self, armed: List[tuple], keep: List[Any]) -> None:
-        """Take one communicator's (arm, done) words and what its graphs point into."""
-        with self._lock:
-            k = len(self._seen)
-            self._seen.append(False)
-            self._words.extend((a, d, k) for a, d in armed)
-            self._keep.extend(keep)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="hpccl-orphan-graphs", daemon=True)
-                self._thread.start()
-
-    def keep(self, what: Sequence[Any]) -> None:
-        """Keep memory a captured graph points into (hier's temporaries) until the process ends."""
-        with self._lock:
-            self._keep.extend(what)
-
-    def answer(self) -> int:
-        """One pass over the arm words: each set one is cleared and its done word set; how many were."""
-        n = 0
-        with self._lock:
-            for arm, done, k in self._words:
-                if ctypes.c_uint32.from_address(arm).value:
-                    ctypes.c_uint32.from_address(arm).value = 0
-                    ctypes.c_uint32.from_address(done).value = 1
-                    n += 1
-                    if not self._seen[k]:
-                        self._seen[k] = True
-                        log.warn("NET", "a CUDA graph captured with a communicator was replayed after the "
-                                 "communicator was destroyed: its network steps moved nothing (destroy a "
-                                 "communicator after the last replay of the graphs captured with it)")
-        return n
-
-    def _run(self) -> None:
-        """Polls every millisecond for a second after a replay it answered, every 20 ms otherwise (an
-        orphaned graph's replay then waits that long, once: it is an error whose work is void anyway)."""
-        last = 0.0
-        while True:
-            if self.answer():
-                last = time.monotonic()
-            time.sleep(0.001 if time.monotonic() - last < 1.0 else 0.02)
-
-
-ORPHANS = _Orphans()
-
-
-def _put_limit(addr: int, ns: int) -> None:
-    """A kernel wait's limit in nanoseconds, as two 32-bit words at ``addr`` (low first: hp_net_wait)."""
-    ctypes.c_uint32.from_address(addr).value = ns & 0xFFFFFFFF
-    ctypes.c_uint32.from_address(addr + 4).value = ns >> 32
-
-
-def _split(n: int, k: int) -> List[tuple]:
-    """(offset, length) of k equal pieces of n bytes, whole 256-byte units but the last; 0 bytes is one
-    piece."""
-    if k <= 1:
-        return [(0, n)]
-    size = _align(-(-n // k))
-    return [(o, min(size, n - o)) for o in range(0, n, size)]
-
-
-def _sizes(send: Optional[tuple], recv: Optional[tuple]) -> tuple:
-    """(send bytes, receive bytes) of an exchange of at most one message each way."""
-    return (send[2] if send is not None else 0), (recv[1] if recv is not None else 0)
-
-
-def _messages(send: Optional[tuple], recv: Optional[tuple], host: int) -> List[tuple]:
-    """The messages of an exchange of at most one message each way staged at ``host``, as the engine takes
-    them (kind 0 send / 1 receive, peer, address, bytes): the send's staging first, the receive's after it
-    (aligned)."""
-    ns, nr = _sizes(send, recv)
-    msgs = []
-    if send is not None:
-        msgs.append((0, send[0], host, ns))
-    if recv is not None:
-        msgs.append((1, recv[0], host + _align(ns), nr))
-    return msgs
-
-
-def _one_each(sends: Sequence[tuple], recvs: Sequence[tuple]) -> bool:
-    """At most one message each way (and one at least), the receive into a contiguous buffer: what one
-    kernel per exchange (fused or piped) takes."""
-    return 0 < len(sends) + len(recvs) and len(sends) <= 1 and len(recvs) <= 1 and _flat_recvs(recvs)
-
-
-def _flat_recvs(recvs: Sequence[tuple]) -> bool:
-    """Every receive's buffer (and source) contiguous, so a piece of it can be written in place."""
-    return all(_flat(r[2]) and (r[4] is None or _flat(r[4])) for r in recvs)
-
-
-def _flat(a: Any) -> bool:
-    """Whether a slice of ``a`` by elements is a view (C-contiguous), so a piece written lands in it."""
-    return bool(a.flags.c_contiguous)
-
-
-def _piece_of(r: tuple, o: int, ln: int) -> tuple:
-    """A receive (peer, nbytes, buf, op, src) narrowed to bytes [o, o+ln) of its buffer (and source)."""
-    peer, _n, buf, op, src = r
-    isz = buf.dtype.itemsize
-    lo, hi = o // isz, (o + ln) // isz
-    return (peer, ln, buf.ravel()[lo:hi], op, None if src is None else src.ravel()[lo:hi])
-
-
 _LABEL = re.compile(r"^(?P<coll>[a-z_]+) #(?P<seq>\d+)(?:, (?P<step>step \d+ \(.+?\)))?: (?P<err>.*)$", re.S)
 _WAITING = re.compile(r"timed out after (?P<s>[\d.]+)s waiting for rank\(s\) \[(?P<ranks>[\d, ]*)\]")
 
@@ -710,181 +509,3 @@ def step_error(args: tuple, failed: Optional[Callable[[int, tuple], HpcclError]]
     if m is not None and m.group("step"):
         exc.in_call = (m.group("coll"), int(m.group("seq")), m.group("step"))
     return exc
-
-
-class StagedPrimitives(Primitives):
-    """Primitives whose exchanges are staged network steps enqueued on the current CuPy stream; copies
-    and reductions are the device memory component's, on the same stream (nothing waits on the host)."""
-
-    def __init__(self, rank: int, size: int, net: StagedNet, waiter: Waiter, memory: Any) -> None:
-        super().__init__(rank, size, {}, None, waiter, memory)
-        self.net = net
-        self.label = "network step"
-
-    def exchange(self, sends: Sequence[Send] = (), recvs: Sequence[Recv] = (),
-                 meanwhile: Optional[Callable[[], None]] = None) -> None:
-        import cupy
-        mem = self.mem
-        self_sends = [b for p, b in sends if p == self.rank]
-        remote_recvs = []
-        for peer, buf, op, *rest in recvs:
-            src = rest[0] if rest else None
-            if peer == self.rank:
-                incoming = self_sends.pop(0)
-                if op is None:
-                    mem.copy(buf, incoming)
-                else:
-                    mem.reduce(buf, buf if src is None else src, incoming, op)
-            else:
-                remote_recvs.append((peer, buf.nbytes, buf, op, src))
-        remote_sends = [(p, b.data.ptr, b.nbytes) for p, b in sends if p != self.rank]
-        if remote_sends or remote_recvs:
-            stream = cupy.cuda.get_current_stream().ptr
-            net = self.net
-            kern = None
-            if net.fused_size and net.fusable(remote_sends, remote_recvs):
-                kern = self._fused_kernel(remote_recvs)
-            one_send = remote_sends[0] if remote_sends else None
-            one_recv = remote_recvs[0] if remote_recvs else None
-            if kern is not None:  # the kernel is loaded before the engine is handed anything
-                run = net.capture_fused if net.driver.capturing(stream) else net.step_fused
-                run(stream, one_send, one_recv, self.label, lambda ss, rs, tv, words, captured=False: self._fused(
-                    stream, kern, ss, rs, tv, words, captured, remote_sends, remote_recvs))
-            elif net.pipeable(remote_sends, remote_recvs) and not net.driver.capturing(stream) \
-                    and (pipe := self._fused_kernel(remote_recvs, "hp_net_pipe")) is not None:
-                net.step_piped(stream, one_send, one_recv, self.label, lambda ss, rs, geom, lanes, tv, words: self._piped(
-                    stream, pipe[0], ss, rs, geom, lanes, tv, words, one_send, one_recv))
-            else:
-                net.step(stream, remote_sends, remote_recvs, self.label, self._consume)
-        if meanwhile is not None:  # after the step in stream order: it touches none of the step's buffers
-            meanwhile()
-
-    def scratch(self, count: int, dtype: Any, slot: int = 0) -> Any:
-        """As Primitives.scratch; while a call is recorded for replay the buffer is kept alive with the
-        recording (a larger call may replace it here, and the replay still writes into it)."""
-        out = super().scratch(count, dtype, slot)
-        if self.net.rec is not None:
-            self.net.rec.keep.append(self._scratch[slot])
-        return out
-
-    def _fused_kernel(self, recvs: list, name: str = "hp_net_step") -> Optional[tuple]:
-        """(function, elements) of the fused (or piped: ``name``) step's kernel for this receive:
-        name<dtype, op>, or a byte copy (op 5 over uint8) when nothing is combined; None for a dtype it has
-        no reduction for."""
-        from ..kernels import DTYPE_IDS, OP_IDS
-        from ..ops import dtype_name
-        if recvs and recvs[0][3] is not None:
-            buf, op = recvs[0][2], recvs[0][3]
-            dt = DTYPE_IDS.get(dtype_name(self.mem.dtype(buf)))
-            if dt is None or op.value not in OP_IDS:
-                return None
-            return self.mem._kernel(f"{name}<{dt}, {OP_IDS[op.value]}>", dt), buf.size
-        dt = DTYPE_IDS["uint8"]
-        return self.mem._kernel(f"{name}<{dt}, 5>", dt), recvs[0][1] if recvs else 0
-
-    def _fused(self, stream: int, kern: tuple, send_stage: int, recv_stage: int, tokval: int, words: int,
-               captured: bool, sends: list, recvs: list) -> tuple:
-        """Launch the fused step's kernel (hp_net_step, cuda/hpccl_kernels.cu) on ``stream``: stage the send,
-        write the token (or, captured, clear the done word and set the arm word), wait for the done word,
-        combine the receive; (func, grid, block, args) back."""
-        from ..kernels import Launch
-        func, count = kern
-        ns = sends[0][2] if sends else 0
-        out = x = 0
-        if recvs:
-            _p, _nr, buf, _op, src = recvs[0]
-            out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
-        vals = (sends[0][1] if sends else 0, send_stage, ns | (count << 32) | (int(captured) << 63), recv_stage, x,
-                out, words, tokval)
-        args = [ctypes.c_uint64(v) for v in vals]
-        rc = Launch(self.net.driver, func, 1, 256, args)(stream)
-        if rc:
-            raise self.net._cuda("cuLaunchKernel", rc)
-        return func, 1, 256, vals
-
-    def _piped(self, stream: int, func: int, send_stage: int, recv_stage: int, geom: int, lanes: int,
-               tokval: int, words: int, send: Optional[tuple], recv: Optional[tuple]) -> tuple:
-        """Launch the piped step's kernel (hp_net_pipe, cuda/hpccl_kernels.cu) on ``stream``: a block per
-        piece in flight (at most PIPE_BLOCKS); (func, grid, block, args) back."""
-        from ..kernels import Launch
-        out = x = 0
-        if recv is not None:
-            _p, _nr, buf, _op, src = recv
-            out, x = buf.data.ptr, (src if src is not None else buf).data.ptr
-        ns = send[2] if send is not None else 0
-        nr = recv[1] if recv is not None else 0
-        vals = (send[1] if send is not None else 0, send_stage, ns | (nr << 32), recv_stage, x, out, words, geom,
-                lanes, tokval)
-        grid = min(lanes >> 32, PIPE_BLOCKS)
-        rc = Launch(self.net.driver, func, grid, 512, [ctypes.c_uint64(v) for v in vals])(stream)
-        if rc:
-            raise self.net._cuda("cuLaunchKernel", rc)
-        return func, grid, 512, vals
-
-    def _consume(self, addr: int, r: tuple) -> None:
-        """Received data at ``addr`` (pinned memory, mapped at the same address on the device: UVA) into
-        its buffer: a copy, or a reduce kernel reading it in place."""
-        _peer, n, buf, op, src = r
-        if op is None:
-            import cupy
-            s = cupy.cuda.get_current_stream().ptr
-            rc = self.net.driver.memcpy_htod(buf.data.ptr, ctypes.c_void_p(addr), n, ctypes.c_void_p(s))
-            if rc:
-                raise self.net._cuda("cuMemcpyHtoDAsync", rc)
-            if self.net.rec is not None:
-                self.net.rec.copy(1, buf.data.ptr, addr, n, s)
-        else:
-            self.mem.reduce_ptrs(buf, (src if src is not None else buf).data.ptr, addr, op)
-
-
-class StagedRunner:
-    """What the communicator's device side calls for a step with a network part (the interface the
-    Python proxy had): the step runs now, on the caller's thread, enqueuing stream work; failures of
-    steps already handed to the engine are raised by the next call."""
-
-    def __init__(self, net: StagedNet, prim: StagedPrimitives, device: int, on_fail: Callable[..., None]) -> None:
-        #: captured network steps (a template per lane and step, posted by the engine at each replay when the
-        #: graph sets its arm word), on every layout: hier's captured calls hold node kernels and these steps
-        #: in one stream order
-        self.capturable = True
-        self.net, self.prim, self.device = net, prim, device
-        self._on_fail = on_fail
-        self._raised: Optional[HpcclError] = None
-        self.ops = self  # reserve() below: nothing to reserve, no stream is held by a thread
-
-    def reserve(self, nbytes: int) -> None:
-        """Staged steps allocate on the caller's thread, in stream order: nothing to set aside."""
-
-    def enqueue(self, stream: int, step: Callable[[], None], what: str) -> None:
-        self.raise_error()
-        from .cuda_context import stream_context
-        self.prim.label = what
-        with stream_context(self.device, stream):
-            self.net.enter(stream)
-            try:
-                step()
-            finally:
-                self.net.leave(stream)
-
-    @property
-    def error(self) -> Optional[HpcclError]:
-        return self._raised or self.net.error()
-
-    def raise_error(self) -> None:
-        err = self.error
-        if err is not None:
-            if self._raised is None:
-                self._raised = err
-                log.warn("NET", "a network step failed: %s", err)
-                try:
-                    self._on_fail()
-                except Exception:  # noqa: BLE001
-                    pass
-            raise err
-
-    def drain(self, timeout: Optional[float] = None) -> bool:
-        return True
-
-    def close(self) -> None:
-        self.net.close()
-

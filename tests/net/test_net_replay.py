@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engine_pair import engine_pair  # noqa: E402
 
-from hpccl.gpu import netreplay, netstep, netwatch
+from hpccl.gpu import netreplay, netstage, netstep, netwatch
 
 ne = pytest.importorskip("hpccl.transport.engine", reason="the network engine (UCX) is not built here")._ne
 
@@ -211,7 +211,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int, area: int = 1 << 20):
     n = object.__new__(netstep.StagedNet)
     n.driver, n.eng, n.gate, n.timeout, n.slice = gpu, engs[0], None, 15.0, slice_bytes
     n.engs = list(engs)
-    n.st = netstep.new_state()
+    n.st = netstage.new_state()
     n.rec = None
     n._words = (ctypes.c_uint32 * 16)()
     n.ready_h = n.ready_d = ctypes.addressof(n._words)
@@ -220,7 +220,7 @@ def _net(engs, gpu: Gpu, slice_bytes: int, area: int = 1 << 20):
     n._join_ev = 0
     n.steps = n.fused = n.captured = n.piped = 0
     n.pipe = True
-    n._graph, n._gwords, n._gword_next, n._armed = [], None, netstep._WORDS, []
+    n._graph, n._gwords, n._gword_next, n._armed = [], None, netstage._WORDS, []
     n.fused_size = 16 << 10
     n.kernel_limit, n.stuck_h, n._cstuck, n._cidx = 7_000_000_000, n.ready_h + 48, {}, None
     area = Area(area)
@@ -317,7 +317,7 @@ def test_a_kernel_that_gave_up_on_the_engine_is_the_next_calls_error(pair):
     from hpccl.errors import HpcclSystemError
     (ea, _eb), gpus = pair
     net = _net((ea,), gpus[0], 4096)
-    netstep._put_limit(net.ready_h + 40, net.kernel_limit)
+    netstage._put_limit(net.ready_h + 40, net.kernel_limit)
     assert (net._words[10] | net._words[11] << 32) == 7_000_000_000
     assert net.error() is None
     net._words[12] = 1  # what hp_net_wait writes when it gives up
@@ -360,11 +360,11 @@ def test_an_eager_step_behind_a_held_engine_ends_once_it_is_let_go(lanes, count,
     if big:
         nets[0]._old, nets[0]._join_ev = [], 0
         kept: list = []
-        netstep.ORPHANS.keep, keep = kept.extend, netstep.ORPHANS.keep
+        netstage.ORPHANS.keep, keep = kept.extend, netstage.ORPHANS.keep
         try:
             nets[0].close()  # the staging those sends may still read is kept, not freed
         finally:
-            netstep.ORPHANS.keep = keep
+            netstage.ORPHANS.keep = keep
         assert nets[0]._stage is None and len(kept) == 2  # the words and the staging area
     for e in engs[0]:
         e.close()  # closing the endpoints ends the sends (their batches still alive: no late callback)
@@ -421,11 +421,11 @@ def test_the_watchdog_releases_a_stream_waiting_on_a_stopped_engine(pair):
 
 def test_closing_behind_a_stopped_engine_keeps_its_memory(pair, monkeypatch):
     """A communicator closed while a step is still behind (its engine stopped: a kernel gave up on it) keeps
-    the words and staging that engine may yet write until the process ends (netstep.ORPHANS), where a
+    the words and staging that engine may yet write until the process ends (netstage.ORPHANS), where a
     healthy one frees them."""
     (ea, _eb), gpus = pair
     kept: list = []
-    monkeypatch.setattr(netstep.ORPHANS, "keep", kept.extend)
+    monkeypatch.setattr(netstage.ORPHANS, "keep", kept.extend)
     freed: list = []
 
     class Mem:
@@ -739,12 +739,12 @@ def test_a_graph_replayed_after_its_communicator_closed_ends_and_is_logged(pair,
     for g in gpus:
         g.drain()
     assert all(np.all(y == 3) for y in ys)
-    kept = len(netstep.ORPHANS._keep)
+    kept = len(netstage.ORPHANS._keep)
     for n in nets:
         n._words = n._stage = None  # the stand-ins' own memory
         n._old = []
         n.close()
-    assert len(netstep.ORPHANS._keep) == kept + 4  # each captured step's staging and page of words stay
+    assert len(netstage.ORPHANS._keep) == kept + 4  # each captured step's staging and page of words stay
     caplog.set_level("WARNING")
     for _ in range(3):  # the graphs replayed after close: each ends (the stand-in waits at most 15 s)
         for r in range(2):
