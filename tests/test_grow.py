@@ -200,3 +200,20 @@ def test_old_ranks_that_disagree_are_told_so(tmp_path):
         assert p.returncode == 0 and len(rows) == 1, out[-3000:]
         assert "HpcclInvalidArgument: [hpccl E2] argument 'n_new': the old ranks disagree: [1, 2]" in \
             rows[0]["error_after"], rows[0]
+
+
+def test_grow_over_mpi_names_a_bad_port():
+    """A one-rank MPI communicator (this process) given a port MPI cannot accept on, or none: HpcclInvalidArgument
+    naming 'port' at once; the communicator still works."""
+    c = hpccl.init()
+    try:
+        with pytest.raises(hpccl.HpcclInvalidArgument, match="MPI_Comm_accept failed") as e:
+            c.grow(1, port="not-a-port")
+        assert e.value.argument == "port"
+        with pytest.raises(hpccl.HpcclInvalidArgument, match="open_port") as e:
+            c.grow(1)
+        assert e.value.argument == "port"
+        x = np.arange(5.0)
+        assert np.array_equal(c.all_reduce(x.copy()), x)
+    finally:
+        c.destroy()

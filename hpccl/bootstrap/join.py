@@ -91,10 +91,11 @@ def accept(boot: Any, port: Optional[str], n_new: int, new_ranks: list) -> Any:
         if kind == "rescue":
             verdict = ("timeout", f"no new process connected to the port within HPCCL_TIMEOUT ({n_new} expected, "
                                   f"to be ranks {new_ranks} of the grown communicator)")
-        elif count != n_new:
-            verdict = ("n_new", f"{count} new process(es) connected, but n_new={n_new}")
-        for r in range(inter.Get_remote_size()):
-            inter.send(verdict if kind != "rescue" else None, dest=r, tag=_TAG_VERDICT)
+        else:
+            if count != n_new:
+                verdict = ("n_new", f"{count} new process(es) connected, but n_new={n_new}")
+            for r in range(inter.Get_remote_size()):  # every new process hears whether it is in
+                inter.send(verdict, dest=r, tag=_TAG_VERDICT)
     verdict = boot.bcast(verdict)
     if verdict is not None:
         inter.Disconnect()
