@@ -1,7 +1,7 @@
 """Every call of a communicator once, each result checked against what the ranks put in: the collectives,
 the v-collectives, gather/scatter, barrier, and a ring of sends and receives. For a communicator grown over
-old and new ranks (tests/scripts/grow_ranks.py, tests/mpi/grow_mpi.py, tests/gpu/test_grow.py). ``xp`` is
-numpy or cupy; ``sync`` waits for the GPU (nothing on host buffers); ``kw`` goes to every call (a stream)."""
+old and new ranks (tests/scripts/grow_ranks.py and grow_mpi.py, tests/gpu/test_grow_gpu.py). ``xp`` is numpy
+or cupy; ``sync`` waits for the GPU (nothing on host buffers); ``kw`` goes to every call (a stream)."""
 import numpy as np
 
 

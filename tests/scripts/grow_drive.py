@@ -1,5 +1,5 @@
 """Driving a kill-shrink-grow job of plain processes (tests/scripts/grow_ranks.py) and checking what each
-process reported: for tests/test_grow.py (host buffers) and tests/gpu/test_grow.py (GPU buffers)."""
+process reported: for tests/test_grow.py (host buffers) and tests/gpu/test_grow_gpu.py (GPU buffers)."""
 from __future__ import annotations
 
 import os
