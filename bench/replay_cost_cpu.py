@@ -116,7 +116,7 @@ def main() -> int:
     pairs = [engine_pair(ne) for _ in range(a.lanes)]  # lane j: rank 0's and rank 1's engines
     engs = [[p[r] for p in pairs] for r in range(2)]
     words = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # ready, done per lane, ..., stuck word (12)
-    states = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # netstep.NetState: tok, pad, stream, join, vals
+    states = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # netstage.NetState: tok, pad, stream, join, vals
     for st in states:
         st[2] = st[3] = 0xFFFFFFFF
     rows = []

@@ -7,7 +7,7 @@
    driver call. The steps go to the engine exactly as Python hands them (same messages, same order, tags
    from the same per-peer sequence numbers at submission), so a rank that replays and a peer that runs the
    Python path for the same call always match; tokens and done values come from the state Python's
-   StagedNet shares (netstep.NetState), so replays and Python steps interleave on one counter. A step may
+   StagedNet shares (netstage.NetState), so replays and Python steps interleave on one counter. A step may
    span lanes (engines of their own, each with a done word and counter): one token, a batch per lane.
 
    run(stream, label) returns 0 (enqueued), 1 (the stream is capturing: nothing enqueued, Python captures
@@ -43,7 +43,7 @@ enum { F_DTOH, F_HTOD, F_DTOD, F_WRITE, F_WAIT, F_LAUNCH, F_CAPTURING, F_RECORD,
 #define NR_NO_STREAM UINT64_MAX
 #define NR_LANES 8
 
-/* shared with Python (netstep.NetState, a ctypes Structure): keep the layouts equal */
+/* shared with Python (netstage.NetState, a ctypes Structure): keep the layouts equal */
 typedef struct {
   uint32_t tok, pad0;       /* ready tokens written (eager steps) */
   uint64_t last_stream;     /* the stream of the latest call, NR_NO_STREAM before the first */
@@ -185,7 +185,11 @@ PyObject *Engine_program(Engine *self, PyObject *args) {
   for (Py_ssize_t j = 0; j < nl; j++) {
     PyObject *e;
     unsigned long long dh, dd;
-    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(lanes, j), "O!KK", Py_TYPE(self), &e, &dh, &dd)) { Py_DECREF(p); return NULL; }
+    /* a lane is an engine like self (Engine is not subclassable) */
+    if (!PyArg_ParseTuple(PyTuple_GET_ITEM(lanes, j), "O!KK", Py_TYPE(self), &e, &dh, &dd)) {
+      Py_DECREF(p);
+      return NULL;
+    }
     Py_INCREF(e);
     p->eng[p->nlanes] = (Engine *)e;
     p->done_h[p->nlanes] = dh;

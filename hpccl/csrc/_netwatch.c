@@ -23,7 +23,7 @@ typedef struct NetWatch {
   engine_t *eng[WATCH_LANES];
   int n;
   volatile uint32_t *stuck, *done[WATCH_LANES];
-  const volatile uint32_t *val; /* per lane: the last done value handed out (netstep.NetState.val) */
+  const volatile uint32_t *val; /* per lane: the last done value handed out (netstage.NetState.val) */
   double limit;
   unsigned long long seen[WATCH_LANES];
   double since[WATCH_LANES];

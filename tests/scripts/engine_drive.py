@@ -165,7 +165,7 @@ def _launch(func, gx, gy, gz, bx, by, bz, shmem, s, params, extra):
 cbs = (DTOH(lambda h, d, n, s: 0), HTOD(lambda d, h, n, s: 0), DTOD(lambda d, sr, n, s: 0), VALUE(_store), VALUE(_spin),
        LAUNCH(_launch), CAPT(_capt), REC(lambda ev, s: 0), WEV(lambda s, ev, f: 0))
 fns = tuple(ctypes.cast(c, ctypes.c_void_p).value for c in cbs)
-state = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # netstep.NetState's layout: tok, pad, stream(2), join, pad, vals
+state = [(ctypes.c_uint32 * 16)() for _ in range(2)]  # netstage.NetState's layout: tok, pad, stream(2), join, pad, vals
 pw = [(ctypes.c_uint32 * 4)() for _ in range(2)]      # ready word, done word
 for st in state:
     st[2] = st[3] = 0xFFFFFFFF
