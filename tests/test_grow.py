@@ -217,3 +217,19 @@ def test_grow_over_mpi_names_a_bad_port():
         assert np.array_equal(c.all_reduce(x.copy()), x)
     finally:
         c.destroy()
+
+
+def test_an_mpi_job_grows_over_a_store(tmp_path):
+    """A 2-rank mpiexec job grows over a directory store by one plain process (hpccl.join(store=..., rank=0)):
+    ranks 0, 1 then the new one as 2; every call right on the grown communicator and on the old one."""
+    env = plain_env({"STORE_DIR": str(tmp_path), "KEY": "mixed", "N_NEW": "1", "HPCCL_TIMEOUT": "60"})
+    old = start("grow_mpi.py", dict(env, ROLE="old"), mpi_n=2)
+    new = start("grow_ranks.py", dict(env, ROLE="new", JOIN_RANK="0"))
+    outs = finish([old, new])
+    every = f"--- old:\n{outs[0][-3000:]}\n--- new:\n{outs[1][-3000:]}"
+    old_rows, new_rows = results(outs[0]), results(outs[1])
+    assert old.returncode == 0 and new.returncode == 0 and len(old_rows) == 2 and len(new_rows) == 1, every
+    for row in old_rows:
+        assert "error" not in row and row["size"] == 3 and row["rank"] == row["world_rank"], row
+        assert row["checked"] == every_at(3) and row["old_checked"] == every_at(2), row
+    assert "error" not in new_rows[0] and new_rows[0]["rank"] == 2 and new_rows[0]["checked"] == every_at(3), every

@@ -9,11 +9,11 @@
 Without CuPy or a GPU the whole directory skips (tests/gpu/conftest.py says why)."""
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -44,10 +44,6 @@ def test_grow_on_gpu_buffers():
         assert grown.size == comm.size + 1 and grown.rank == comm.rank
         assert every_call(grown, cupy, sync(grown), {"stream": stream}) == every_at(grown.size)
         assert every_call(comm, cupy, sync(comm), {"stream": stream}) == every_at(comm.size)
-        x = cupy.full(1 << 20, comm.rank + 1, np.float32)
-        grown.all_reduce(x, stream=stream)
-        sync(grown)()
-        assert float(x[-1]) == grown.size * (grown.size + 1) / 2
         grown.destroy()
     finally:
         if proc is not None:
@@ -57,6 +53,8 @@ def test_grow_on_gpu_buffers():
             assert rows[0]["rank"] == comm.size and rows[0]["checked"] == every_at(comm.size + 1), rows[0]
         comm.mpi_comm.Barrier()
         comm.destroy()
+        if comm.rank == 0:
+            shutil.rmtree(where, ignore_errors=True)
 
 
 def test_kill_shrink_grow_on_gpu_buffers(tmp_path):

@@ -2,6 +2,8 @@
 the v-collectives, gather/scatter, barrier, and a ring of sends and receives. For a communicator grown over
 old and new ranks (tests/scripts/grow_ranks.py and grow_mpi.py, tests/gpu/test_grow_gpu.py). ``xp`` is numpy
 or cupy; ``sync`` waits for the GPU (nothing on host buffers); ``kw`` goes to every call (a stream)."""
+import os
+
 import numpy as np
 
 
@@ -65,3 +67,20 @@ def every_call(c, xp=np, sync=lambda: None, kw=None) -> list:
         sync()
         ok("send/recv", bool((got == prv).all()), _val(got))
     return done
+
+
+def buffers():
+    """``checked(comm)`` for this process's buffers: BUF numpy (default), or cupy (GPU DEVICE, default 0, a
+    stream of its own, each result waited for before it is read); and (xp, kw) for calls of its own."""
+    if os.environ.get("BUF", "numpy") != "cupy":
+        return (lambda c: every_call(c)), np, {}
+    import cupy
+    cupy.cuda.Device(int(os.environ.get("DEVICE", "0"))).use()
+    stream = cupy.cuda.Stream(non_blocking=True)
+
+    def checked(c) -> list:
+        def sync() -> None:
+            stream.synchronize()
+            c.synchronize()
+        return every_call(c, cupy, sync, {"stream": stream})
+    return checked, cupy, {"stream": stream}

@@ -17,7 +17,7 @@ import numpy as np
 import hpccl
 from hpccl.bootstrap import StoreBootstrap
 from dirstore import DirStore  # tests/scripts/dirstore.py
-from grow_checks import every_call  # tests/scripts/grow_checks.py
+from grow_checks import buffers  # tests/scripts/grow_checks.py
 
 store_dir = os.environ["STORE_DIR"]
 store = DirStore(store_dir)
@@ -25,23 +25,7 @@ role, mode = os.environ["ROLE"], os.environ.get("MODE", "grow")
 n_new = int(os.environ.get("N_NEW", "1"))
 key = os.environ.get("KEY", "grow1")
 result = {"role": role, "mode": mode, "t_start": time.time()}
-if os.environ.get("BUF", "numpy") == "cupy":
-    import cupy as xp
-    xp.cuda.Device(int(os.environ.get("DEVICE", "0"))).use()
-    stream = xp.cuda.Stream(non_blocking=True)
-    kw = {"stream": stream}
-else:
-    xp, stream, kw = np, None, {}
-
-
-def checked(c) -> list:
-    """every_call on this process's buffers; on the GPU each result is waited for before it is read."""
-    def sync() -> None:
-        if stream is not None:
-            stream.synchronize()
-            c.synchronize()
-    return every_call(c, xp, sync, kw)
-
+checked, xp, kw = buffers()  # BUF numpy or cupy (tests/scripts/grow_checks.py)
 
 if role == "new":
     result["join_rank"] = j = int(os.environ["JOIN_RANK"])
@@ -72,8 +56,8 @@ try:
                 os.kill(os.getpid(), signal.SIGKILL)
             try:
                 comm.all_reduce(x, xp.empty_like(x), **kw)
-                if stream is not None:
-                    stream.synchronize()
+                if kw:  # GPU: the call's failure is raised by its synchronize
+                    kw["stream"].synchronize()
                     comm.synchronize()
             except hpccl.HpcclError as exc:
                 result.update(error=type(exc).__name__, failed=getattr(exc, "rank", None),
