@@ -68,3 +68,24 @@ def test_ddp_grows_back_after_a_kill(tmp_path):
     assert len({row["grown_at"] for row in rows.values()}) == 1, rows
     assert len({row["params_sha1"] for row in rows.values()}) == 1, rows
     assert {f for f in shm_snapshot() if "hpccl" in f} - shm_before == set()
+
+
+def test_grow_over_a_torch_store(tmp_path):
+    """hpccl's own grow and join over a torch Store (a FileStore): one plain process grows by one; the new
+    process is rank 1; every call right on the grown communicator and on the old one."""
+    sys.path.insert(0, str(ROOT / "tests" / "scripts"))
+    from grow_drive import every_at, finish, plain_env, start
+    env = plain_env({"STORE_DIR": str(tmp_path), "STORE_KIND": "torch", "MODE": "grow", "N_NEW": "1", "SIZE": "1",
+                     "HPCCL_TIMEOUT": "60"})
+    procs = [start("grow_ranks.py", dict(env, ROLE="old", RANK="0")), start("grow_ranks.py", dict(env, ROLE="new",
+                                                                                           JOIN_RANK="0"))]
+    outs = finish(procs)
+    every = "\n".join(f"--- process {i} (exit {p.returncode}):\n{o[-3000:]}"
+                      for i, (p, o) in enumerate(zip(procs, outs)))
+    for i, (p, out) in enumerate(zip(procs, outs)):
+        rows = results(out)
+        assert p.returncode == 0 and len(rows) == 1, every
+        row = rows[0]
+        assert "error" not in row and "error_after" not in row, every
+        assert row["size"] == 2 and row["rank"] == i and row["checked"] == every_at(2), row
+        assert i == 1 or row["old_checked"] == every_at(1), row

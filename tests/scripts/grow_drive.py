@@ -17,8 +17,8 @@ EVERY = ["all_reduce", "all_gather", "reduce_scatter", "broadcast(root=0)", "red
 
 
 def every_at(size: int) -> List[str]:
-    """EVERY's names for a communicator of ``size`` ranks (its last rank is a root)."""
-    return [c.replace("root=3", f"root={size - 1}") for c in EVERY]
+    """EVERY's names for a communicator of ``size`` ranks (its last rank is a root; one rank sends to none)."""
+    return [c.replace("root=3", f"root={size - 1}") for c in EVERY if size > 1 or c != "send/recv"]
 
 
 def plain_env(extra: Dict[str, str]) -> Dict[str, str]:

@@ -4,8 +4,8 @@ grow by N_NEW at once. MODE kill: the VICTIM SIGKILLs itself in a loop of all_re
 raise an HpcclError naming it, shrinks it away, then grows by N_NEW (a fresh process) back to size. ROLE new:
 JOIN_RANK (0..N_NEW-1) joins the grow. Every process then runs and checks every call on the grown
 communicator (tests/scripts/grow_checks.py); the old ranks also check that the communicator they grew from
-still works. BUF numpy (default) or cupy (GPU buffers on GPU DEVICE, default 0, on a stream of their own).
-Prints one line "RESULT {json}"."""
+still works. STORE_KIND torch: a torch FileStore in STORE_DIR instead. BUF numpy (default) or cupy (GPU
+buffers on GPU DEVICE, default 0, on a stream of their own). Prints one line "RESULT {json}"."""
 import json
 import os
 import signal
@@ -20,7 +20,11 @@ from dirstore import DirStore  # tests/scripts/dirstore.py
 from grow_checks import buffers  # tests/scripts/grow_checks.py
 
 store_dir = os.environ["STORE_DIR"]
-store = DirStore(store_dir)
+if os.environ.get("STORE_KIND") == "torch":  # torch's FileStore (set, get, check as a c10d Store has them)
+    import torch.distributed as dist
+    store = dist.FileStore(os.path.join(store_dir, "torchstore"), -1)
+else:
+    store = DirStore(store_dir)
 role, mode = os.environ["ROLE"], os.environ.get("MODE", "grow")
 n_new = int(os.environ.get("N_NEW", "1"))
 key = os.environ.get("KEY", "grow1")
