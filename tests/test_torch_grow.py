@@ -4,7 +4,8 @@ SIGKILLs itself at step 3; the survivors name it, re-make the group over the two
 fresh process, started once rank 1 is gone, asks to join through the store; the members admit it by step 6,
 re-make the group over the three, hand it rank 0's parameters, optimizer state and step, and all train to step
 10. The state is identical on every rank after the grow, and the final parameters are identical everywhere
-and equal a one-process reference. No process and no /dev/shm file is left."""
+and equal a one-process reference. No process and no /dev/shm file is left. Also hpccl's own grow and join
+over a torch FileStore."""
 from __future__ import annotations
 
 import importlib.util
