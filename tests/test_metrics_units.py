@@ -87,3 +87,13 @@ def test_without_prometheus_client_warns_and_counts_nothing(monkeypatch, caplog)
     assert "prometheus_client is not installed" in caplog.text
     monkeypatch.delenv("HPCCL_METRICS_FILE")
     assert metrics.active() is False
+
+
+@pytest.mark.parametrize("name,value", [("HPCCL_METRICS_PORT", "70000"), ("HPCCL_METRICS_PORT", "http"),
+                                        ("HPCCL_METRICS_INTERVAL", "0"), ("HPCCL_METRICS_INTERVAL", "-2")])
+def test_bad_settings_name_the_variable(monkeypatch, name, value):
+    from hpccl import config
+    from hpccl.errors import HpcclInvalidArgument
+    monkeypatch.setenv(name, value)
+    with pytest.raises(HpcclInvalidArgument, match=name):
+        config.get(name)
