@@ -192,5 +192,7 @@ def test_vcolls_planned_onto_the_hot_path_unless_a_schedule_is_pinned(monkeypatc
     assert pl.plan("gather", 256, HOST).algo == "tree"
     pl.force("gather", None)
     assert pl.plan("gather", 256, HOST).route == HOT
-    pl.attach_hot(object(), ("broadcast",), front_open=False)  # no all_gather on the hot path: nothing to pad onto
-    assert pl.plan("all_gather_v", 256, HOST).route == SCHEDULE
+    pl.force("reduce_scatter_v", None)
+    pl.attach_hot(object(), ("broadcast", "all_reduce"), front_open=False)  # the network engine's compiled path
+    assert pl.plan("all_gather_v", 256, HOST).route == SCHEDULE  # no all_gather there: nothing to pad onto
+    assert pl.plan("reduce_scatter_v", 256, HOST).route == HOT  # an all_reduce of the whole input

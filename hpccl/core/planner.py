@@ -20,10 +20,10 @@ HOT, SCHEDULE, HIER, KERNEL, PROXY, ZERO_COPY = "hot", "schedule", "hier", "kern
 _REPLAYS_MAX = 2048
 #: collectives with zero-copy kernels for registered buffers (hpccl/gpu/zero_copy.py)
 ZERO_COPY_COLLS = frozenset(("all_reduce", "reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"))
-#: collectives of blocks of any size the hot path runs on blocks padded to the largest (hpccl/core/vcolls.py):
-#: the hot path's collective each becomes
-PADDED = {"gather": "all_gather", "scatter": "broadcast", "all_gather_v": "all_gather",
-          "reduce_scatter_v": "reduce_scatter"}
+#: collectives of blocks of any size the hot path runs on blocks padded to the largest (hpccl/core/vpad.py):
+#: the hot path's collectives each can become, the first it serves taken
+PADDED = {"gather": ("all_gather",), "scatter": ("broadcast",), "all_gather_v": ("all_gather",),
+          "reduce_scatter_v": ("reduce_scatter", "all_reduce")}
 
 
 class Plan(NamedTuple):
@@ -86,7 +86,7 @@ class Planner:
             p = Plan(KERNEL if spec is not None and spec.cuda_scope == "node" else PROXY, algo, spec)
         if kind == HOST and coll in self.hot_colls:
             return Plan(HOT, HOT, None, p)
-        if kind == HOST and PADDED.get(coll) in self.hot_colls:
+        if kind == HOST and any(b in self.hot_colls for b in PADDED.get(coll, ())):
             forced = self.tuner.override.get(coll) or self.tuner.override.get("*")
             if forced != p.algo:  # unless HPCCL_ALGO pinned the schedule the table runs
                 return Plan(HOT, "padded", None, p)

@@ -1,9 +1,9 @@
-"""gather, scatter, all_gather_v and reduce_scatter_v on one node's compiled hot path: blocks padded to the
-largest, run as the hot path's all_gather, broadcast or reduce_scatter (hpccl/host/hotcalls.py), so a small
-call costs what the compiled collective does, not a group of messages through Python. Declines (the plan's
-schedule runs instead) above PAD_MAX padded bytes, where padding would more than double a call's bytes
-(beyond PAD_SLACK), or where the hot path does not take the padded call; every rank declines alike (counts
-and sizes agree)."""
+"""gather, scatter, all_gather_v and reduce_scatter_v on a compiled hot path (one node's, or the network
+engine's with one rank per node): blocks padded to the largest, run as that path's all_gather, broadcast or
+reduce_scatter (reduce_scatter_v as an all_reduce of the whole input where the path has no reduce_scatter),
+so a small call costs what the compiled collective does, not messages through Python. Declines (the plan's
+schedule runs instead) above PAD_MAX bytes, where padding would more than double a call's bytes (beyond
+PAD_SLACK), or where the hot path does not take the call; every rank declines alike (counts and sizes agree)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence, Tuple
@@ -27,43 +27,45 @@ def run(comm: Any, call: Call) -> bool:
     when it declines."""
     def hot(coll: str, nbytes: int, args: tuple) -> bool:
         return hotcalls.run(comm, Call(coll, host, None, nbytes, args))
-    return _padded(comm, call.coll, call.args, call.nbytes, hot)
+    base = next(b for b in PADDED[call.coll] if b in comm._planner.hot_colls)
+    return _padded(comm, call.coll, call.args, call.nbytes, base, hot)
 
 
 def front(comm: Any, coll: str, args: tuple, nbytes: int) -> bool:
     """The same before Communicator._run, as the hot path's front door takes a call (no HPCCL_CHECK, dumps
     or trace: the front door is open): the compiled call counts itself; False when it declines."""
-    base = PADDED[coll]
-    door = comm._front.get(base)
-    if door is None or comm._planner.plan(coll, nbytes, HOST).route != HOT:
+    base = next((b for b in PADDED[coll] if b in comm._front), None)
+    if base is None or comm._planner.plan(coll, nbytes, HOST).route != HOT:
         return False
+    door = comm._front[base]
 
     def hot(c: str, nb: int, a: tuple) -> bool:
-        if c == "broadcast":
-            rc = door.broadcast(a[0], None, a[2], comm._seq + 1)
-        elif c == "reduce_scatter":
-            rc = door.reduce_scatter(a[0], a[1], hotcalls.OPCODE[a[2]], comm._seq + 1)
-        else:
-            rc = door.all_gather(a[0], a[1], comm._seq + 1)
+        try:  # as Communicator._front_door makes its call
+            if c == "broadcast":
+                rc = door.broadcast(a[0], None, a[2], comm._seq + 1)
+            elif c == "reduce_scatter" or c == "all_reduce":
+                rc = getattr(door, c)(a[0], a[1], hotcalls.OPCODE[a[2]], comm._seq + 1)
+            else:
+                rc = door.all_gather(a[0], a[1], comm._seq + 1)
+        except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
+            comm._seq += 1
+            hotcalls.failed(comm, hotcalls.error(exc), c)
         if rc < 0:
             return False
         comm._seq += 1
-        if rc:
+        if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
             hotcalls.wait(comm, door, c)
         return True
-    try:
-        return _padded(comm, coll, args, nbytes, hot)
-    except (HpcclError, OSError) as exc:
-        comm._seq += 1
-        hotcalls.failed(comm, hotcalls.error(exc), base)
+    return _padded(comm, coll, args, nbytes, base, hot)
 
 
-def _padded(comm: Any, coll: str, a: tuple, nbytes: int, hot: Callable[[str, int, tuple], bool]) -> bool:
+def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callable[[str, int, tuple], bool]) -> bool:
+    """``coll`` run as the hot path's ``base`` through ``hot``; False when it declines."""
     send, recv, blocks = a[0], a[1], a[2]
     n, r = comm.size, comm.rank
     big = max(c for _, c in blocks)
     isz = send.itemsize
-    padded = n * big * isz
+    padded = nbytes if base == "all_reduce" else n * big * isz
     if padded > PAD_MAX or (padded > 2 * nbytes and padded - nbytes > PAD_SLACK):
         return False
     p = comm._prim
@@ -100,8 +102,15 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, hot: Callable[[str, int
             if c:
                 p.copy(recv[o:o + c], out[j * big:j * big + c])
         return True
-    # reduce_scatter_v
-    op = a[3]
+    op = a[3]  # reduce_scatter_v
+    if base == "all_reduce":  # the whole (packed) input reduced everywhere; this rank keeps its block
+        out = p.scratch(send.size, send.dtype, _SLOT_OUT)
+        if not hot("all_reduce", nbytes, (send, out, op)):
+            return False
+        o, c = blocks[r]
+        if c:
+            p.copy(recv, out[o:o + c])
+        return True
     if _packed(blocks, big):
         return hot("reduce_scatter", n * big * isz, (send, recv, op))
     padded = p.scratch(n * big, send.dtype, _SLOT_IN)
