@@ -37,6 +37,17 @@ def test_perf_algo_sweep_and_bfloat16():
     assert "Out of bounds values : 0 OK" in proc.stdout
 
 
+def test_perf_float8_checked():
+    """-d float8_e4m3fn: the reductions (float32 inside, one rounding) and the data movement, each result
+    against numpy's float64 reference rounded once; the rows name the type."""
+    proc = run_mpi(3, ["-m", "hpccl.cli.perf", "all_reduce", "reduce_scatter_v", "all_gather", "-b", "64", "-e", "64K",
+                       "-f", "32", "-d", "float8_e4m3fn", "--check"], timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "dtype float8_e4m3fn" in proc.stdout and "Out of bounds values : 0 OK" in proc.stdout
+    rows = [ln.split() for ln in proc.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(rows) == 9 and all(r[2] == "float8_e4m3fn" and r[8] == "0" for r in rows), rows
+
+
 def test_perf_private_host_buffers_past_the_direct_threshold():
     """--host-alloc numpy: each rank's own heap, moved by cross-process reads; sizes where calls go direct."""
     proc = run_mpi(2, ["-m", "hpccl.cli.perf", "all_gather", "broadcast", "all_to_all", "reduce_scatter", "-b", "64K",

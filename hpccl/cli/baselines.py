@@ -8,7 +8,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ..ops import AVG, MAX, MIN, PROD, SUM, ReduceOp
+from ..ops import AVG, MAX, MIN, ML_NAMES, PROD, SUM, ReduceOp, dtype_name
+
+REDUCING = ("all_reduce", "reduce", "reduce_scatter", "reduce_scatter_v")
 
 Runner = Optional[Callable[[], None]]
 
@@ -27,8 +29,12 @@ class MpiBaseline:
                counts: Optional[Sequence[int]] = None) -> Runner:
         """``counts``: every rank's block of the uneven collectives (MPI_Allgatherv, MPI_Reduce_scatter)."""
         c = self.comm
-        if op is AVG or send.dtype.kind == "V":  # MPI has no avg and no bfloat16
+        if op is AVG:  # MPI has no avg
             return None
+        if dtype_name(send.dtype) in ML_NAMES:  # nor bfloat16 or float8: float8 moves as bytes, nothing reduces
+            if coll in REDUCING or send.dtype.itemsize != 1:
+                return None
+            send, recv = send.view(np.uint8), recv.view(np.uint8)
         mop = self.ops[op]
         if coll in ("all_gather_v", "reduce_scatter_v"):
             cs = list(counts)
@@ -76,6 +82,8 @@ class GlooBaseline:
 
     def _t(self, a: np.ndarray):
         torch = self.torch
+        if a.dtype.itemsize == 1 and dtype_name(a.dtype) in ML_NAMES:  # float8: its bytes (gloo reduces none)
+            return torch.from_numpy(a.view(np.uint8))
         if a.dtype.kind == "V":
             return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
         return torch.from_numpy(a)
@@ -84,6 +92,8 @@ class GlooBaseline:
                counts: Optional[Sequence[int]] = None) -> Runner:
         dist = self.dist
         if op is AVG or send.dtype in (np.dtype(np.uint32), np.dtype(np.uint64)):
+            return None
+        if coll in REDUCING and send.dtype.itemsize == 1 and dtype_name(send.dtype) in ML_NAMES:
             return None
         s, r = self._t(send), self._t(recv)
         rop = self.ops[op]

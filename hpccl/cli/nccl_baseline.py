@@ -11,10 +11,10 @@ from typing import Any, Dict, Optional, Tuple
 
 # ncclDataType_t and ncclRedOp_t values (nccl.h)
 NCCL_DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4, "uint64": 5, "float16": 6,
-               "float32": 7, "float64": 8, "bfloat16": 9}
+               "float32": 7, "float64": 8, "bfloat16": 9, "float8_e4m3fn": 10, "float8_e5m2": 11}  # float8: 2.24+
 NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
 ITEMSIZE = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "float16": 2,
-            "bfloat16": 2, "float32": 4, "float64": 8}
+            "bfloat16": 2, "float32": 4, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
 _state: Dict[Tuple[int, int], Any] = {}
@@ -109,17 +109,20 @@ class NcclBaseline:
         return (f"NCCL has no {coll} call (only grouped send/recv, which is not the library's own "
                 f"collective): n/a below")
 
-    def runner(self, coll: str, send: Any, recv: Any, op: Any, root: int, counts: Any = None):
+    def runner(self, coll: str, send: Any, recv: Any, op: Any, root: int, counts: Any = None,
+               dtype: Optional[str] = None):
+        """``dtype``: the float8 type of CuPy's 1-byte words (CuPy has none); else the buffers' own."""
         if coll not in COLLECTIVES:
             return None  # see lacks()
         import cupy
         from ..memory.cuda import device_view
         s, r = device_view(send, "send"), device_view(recv, "recv")
-        if s.dtname not in NCCL_DTYPES:
+        name = dtype or s.dtname
+        if name not in NCCL_DTYPES:
             return None
         count = r.count if coll == "reduce_scatter" else s.count
         opname = getattr(op, "value", str(op))
-        nc, dt = self.nc, s.dtname
+        nc, dt = self.nc, name
 
         def run() -> None:
             nccl_launch(nc, coll, s.ptr, r.ptr, count, dt, cupy.cuda.get_current_stream().ptr, opname, root)

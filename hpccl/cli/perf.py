@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from ..config import _size
-from ..ops import DTYPES
+from ..ops import DTYPES, FP8_NAMES
 from ..text import block, one_line
 from .workloads import COLLECTIVES, OPS, ROOTED, expected, fill, workload, wrong
 
@@ -82,8 +82,9 @@ def _iters(nbytes: int, given: int) -> int:
 class _Mem:
     """Allocation and host transfer for the chosen buffer memory (numpy or CuPy)."""
 
-    def __init__(self, kind: str, local_rank: int, comm: Any = None) -> None:
+    def __init__(self, kind: str, local_rank: int, comm: Any = None, words: Optional[np.dtype] = None) -> None:
         self.kind, self.comm = kind, comm  # comm: host buffers come from comm.alloc_host
+        self.words = words if kind == "cuda" else None  # a float8 type CuPy holds as uint8 words
         self._held: List[Any] = []
         if kind == "cuda":
             import cupy
@@ -93,20 +94,22 @@ class _Mem:
 
     def put(self, a: np.ndarray) -> Any:
         if self.kind == "cuda":
-            return self.cp.asarray(a)
+            return self.cp.asarray(a.view(np.uint8) if self.words is not None else a)
         out = self.empty(a.size, a.dtype)
         out[...] = a
         return out
 
     def get(self, a: Any) -> np.ndarray:
-        return self.cp.asnumpy(a) if self.kind == "cuda" else a
+        if self.kind != "cuda":
+            return a
+        return self.cp.asnumpy(a).view(self.words) if self.words is not None else self.cp.asnumpy(a)
 
     def empty(self, n: int, dtype: np.dtype) -> Any:
         """A buffer of n elements; host buffers start on a page, as nccl-tests' and OSU's do, so every
         library timed gets the same placement (two heap buffers malloc'd back to back sit 16 bytes past a
         page apart, where rep-movsb copies crawl on some CPUs: docs/PERFORMANCE.md, "Buffer placement")."""
         if self.kind == "cuda":
-            return self.cp.empty(n, dtype=dtype)
+            return self.cp.empty(n, dtype=np.uint8 if self.words is not None else dtype)
         if self.comm is not None:
             self._held.append(self.comm.alloc_host(n, dtype))
             return self._held[-1]
@@ -126,17 +129,19 @@ class _Mem:
 
 
 def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int,
-                  counts: Any = None) -> Callable[[], None]:
+                  counts: Any = None, dtype: Optional[str] = None) -> Callable[[], None]:
+    """``dtype``: the float8 type of 1-byte words (CuPy's), which the reductions are told."""
+    kw = {"dtype": dtype} if dtype else {}
     if coll == "all_reduce":
-        return lambda: comm.all_reduce(send, recv, op)
+        return lambda: comm.all_reduce(send, recv, op, **kw)
     if coll == "all_gather":
         return lambda: comm.all_gather(send, recv)
     if coll == "reduce_scatter":
-        return lambda: comm.reduce_scatter(send, recv, op)
+        return lambda: comm.reduce_scatter(send, recv, op, **kw)
     if coll == "broadcast":
         return lambda: comm.broadcast(send if comm.rank == root else recv, root, recvbuf=recv)
     if coll == "reduce":
-        return lambda: comm.reduce(send, recv, root, op)
+        return lambda: comm.reduce(send, recv, root, op, **kw)
     if coll == "all_to_all":
         return lambda: comm.all_to_all(send, recv)
     if coll == "gather":
@@ -146,7 +151,7 @@ def _hpccl_runner(comm, coll: str, send: Any, recv: Any, op, root: int,
     if coll == "all_gather_v":
         return lambda: comm.all_gather_v(send, recv, counts)
     if coll == "reduce_scatter_v":
-        return lambda: comm.reduce_scatter_v(send, recv, counts, op)
+        return lambda: comm.reduce_scatter_v(send, recv, counts, op, **kw)
     raise ValueError(coll)
 
 
@@ -182,8 +187,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     dtype, op = DTYPES[a.dtype], OPS[a.op]
     shared = a.mem == "host" and a.host_alloc == "hpccl"
-    mem = _Mem(a.mem, comm.local_rank, comm if shared else None)  # picks this rank's GPU before any baseline initialises
-    bmem = _Mem(a.mem, comm.local_rank) if shared else mem  # the baselines' own: private, page-aligned
+    words = dtype if a.dtype in FP8_NAMES else None
+    # picks this rank's GPU before any baseline initialises
+    mem = _Mem(a.mem, comm.local_rank, comm if shared else None, words)
+    bmem = _Mem(a.mem, comm.local_rank, None, words) if shared else mem  # the baselines' own: private, page-aligned
     libs: Dict[str, Any] = {}
     for name in filter(None, a.compare.split(",")):
         try:
@@ -196,6 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     gc.collect()
     gc.freeze()
     algos = [x for x in a.algo.split(",") if x] or [""]
+    tw = max(9, len(a.dtype))  # the type column fits float8_e4m3fn
     say = _say if rank == 0 else (lambda *x, **k: None)
     say(f"# hpccl-perf {hpccl.__version__}: {n} ranks, {comm.num_nodes} node(s), dtype {a.dtype}, "
         f"op {a.op}, mem {a.mem}{' (alloc_host)' if shared else ''}, check {'on' if a.check else 'off'}, MPI "
@@ -206,7 +214,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for coll in a.collectives:
         for algo in algos:
             comm._planner.force(coll, algo or None)
-            head = f"{'size':>12} {'count':>12} {'type':>9} {'redop':>6} {'root':>5} {'time(us)':>10} " \
+            head = f"{'size':>12} {'count':>12} {'type':>{tw}} {'redop':>6} {'root':>5} {'time(us)':>10} " \
                    f"{'algbw':>7} {'busbw':>7} {'#wrong':>6}"
             for lib in libs:
                 head += f" | {lib + ' us':>10} {lib + ' busbw':>11} {'ratio':>6}"
@@ -227,7 +235,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     other = mem.put(fill(wl.recv_count, dtype, rank, op))
                     recv = other if rank != a.root else recv
                 it = _iters(wl.size, a.iters)
-                run = _hpccl_runner(comm, coll, send, recv, op, a.root, wl.counts)
+                told = a.dtype if mem.words is not None else None
+                run = _hpccl_runner(comm, coll, send, recv, op, a.root, wl.counts, told)
                 t = _time(run, it, a.warmup, world, mem)
                 if a.mem == "cuda":
                     comm.synchronize()  # a GPU call that failed asynchronously raises here, named
@@ -246,14 +255,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                 rec: Dict[str, Any] = dict(coll=coll, algo=algo or "auto", size=wl.size, count=wl.count,
                                            dtype=a.dtype, op=a.op, ranks=n, time_us=t * 1e6, algbw=algbw,
                                            busbw=busbw, wrong=bad if a.check else None, baselines={})
-                line = f"{wl.size:>12} {wl.count:>12} {a.dtype:>9} {a.op:>6} {a.root if coll in ROOTED else -1:>5} " \
+                root = a.root if coll in ROOTED else -1
+                line = f"{wl.size:>12} {wl.count:>12} {a.dtype:>{tw}} {a.op:>6} {root:>5} " \
                        f"{t * 1e6:>10.1f} {algbw:>7.3f} {busbw:>7.3f} {bad if a.check else 'N/A':>6}"
                 for name, lib in libs.items():
                     bsend = bmem.put(fill(wl.send_count, dtype, rank, op))
                     brecv = bmem.empty(wl.recv_count, dtype)
                     if coll == "broadcast":
                         brecv = bsend if rank == a.root else brecv
-                    brun = lib.runner(coll, bsend, brecv, op, a.root, counts=wl.counts)
+                    brun = lib.runner(coll, bsend, brecv, op, a.root, counts=wl.counts,
+                                      **({"dtype": told} if told and name == "nccl" else {}))
                     if brun is None or wl.count == 0:
                         line += f" | {'n/a':>10} {'n/a':>11} {'':>6}"
                         continue
