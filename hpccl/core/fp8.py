@@ -52,7 +52,10 @@ def _dtype_like(dtype: Any) -> bool:
 def wrap(call: Call, dtype: np.dtype) -> Call:
     """The Call that runs the validated reducing ``call`` on fp8 buffers in float32 (no launch snapshot:
     its temporaries are new each call)."""
-    return Call(call.coll, call.mem, call.stream, call.nbytes, call.args, op=call.op, key=None,
+    args = call.args
+    if call.mem is host:  # 1-byte words seen as the float8 type (HPCCL_CHECK then compares that type)
+        args = tuple(a.view(dtype) if isinstance(a, np.ndarray) else a for a in args)
+    return Call(call.coll, call.mem, call.stream, call.nbytes, args, op=call.op, key=None,
                 fn=lambda comm, c: run(comm, c, dtype))
 
 
@@ -62,8 +65,6 @@ def run(comm: Any, call: Call, dtype: np.dtype) -> None:
     m, st, coll, a, op = call.mem, call.stream, call.coll, call.args, call.op
     send, recv = a[0], a[1]
     name = fp8_name(dtype)
-    if m is host:  # 1-byte words given with dtype=: seen as the float8 type
-        send, recv = send.view(dtype), recv.view(dtype)
     s32 = widen(comm, m, st, send, name)
     if coll == "all_reduce":
         r32, args = s32, (s32, s32, op)

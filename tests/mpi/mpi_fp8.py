@@ -253,3 +253,17 @@ def test_errors_name_the_argument(comm):
         comm.all_reduce(np.zeros(4, ml_dtype("float8_e5m2")), op="xor")
     with pytest.raises(HpcclInvalidArgument, match="'dtype'"):
         comm.reduce_scatter_v(u, np.zeros(4, np.uint8), [4] + [0] * (comm.size - 1), dtype="bfloat16")
+
+
+def test_check_compares_the_float8_type(comm):
+    """HPCCL_CHECK sees the float8 type a call reduces (words told dtype= included): ranks that differ in it
+    fail together, named."""
+    if comm.size < 2:
+        pytest.skip("needs two ranks to differ")
+    c = hpccl.init()
+    c._check_calls = True  # as HPCCL_CHECK=1 would set at creation
+    try:
+        with pytest.raises(hpccl.HpcclInvalidUsage, match="float8_e5m2.*float8_e4m3fn|float8_e4m3fn.*float8_e5m2"):
+            c.all_reduce(np.ones(8, np.uint8), dtype="float8_e5m2" if c.rank == 0 else "float8_e4m3fn")
+    finally:
+        c.destroy()
