@@ -165,23 +165,29 @@ def run_moving(comm, coll, k, count, root, seed):
     assert np.array_equal(bits(got), want), (coll, k.kind, k.name, count, root, seed)
 
 
+def run_case(comm, seed):
+    """Random case ``seed``: collective, type, input kind, op, size (across the shared-memory slots and the
+    compiled path's limits), in place or not, root; the same draw on every rank. Returns the collective."""
+    rng = np.random.default_rng([seed, comm.size, 61])
+    k = Kind(kinds()[int(rng.integers(len(kinds())))], NAMES[int(rng.integers(2))])
+    count = int(rng.choice([1, 7, 130, 1001, 9000, 70001]))
+    root = int(rng.integers(comm.size))
+    if rng.random() < 0.6:
+        coll = REDUCING[int(rng.integers(len(REDUCING)))]
+        run_reducing(comm, coll, k, OPS[int(rng.integers(len(OPS)))], count, bool(rng.integers(2)), root,
+                     1000 + seed)
+    else:
+        if k.kind == "words":
+            k = Kind("numpy", k.name)  # 1-byte words need no dtype= to move
+        coll = MOVING[int(rng.integers(len(MOVING)))]
+        run_moving(comm, coll, k, count, root, 1000 + seed)
+    return coll
+
+
 def test_random_cases(comm):
-    """Random collective, type, input kind, op, size (across the shared-memory slots and the compiled
-    path's limits), in place or not, root; the same draw on every rank."""
-    n = comm.size
+    """48 random cases (bench/fp8_campaign.py runs more of the same draw)."""
     for seed in range(48):
-        rng = np.random.default_rng([seed, n, 61])
-        k = Kind(kinds()[int(rng.integers(len(kinds())))], NAMES[int(rng.integers(2))])
-        count = int(rng.choice([1, 7, 130, 1001, 9000, 70001]))
-        root = int(rng.integers(n))
-        if rng.random() < 0.6:
-            coll = REDUCING[int(rng.integers(len(REDUCING)))]
-            run_reducing(comm, coll, k, OPS[int(rng.integers(len(OPS)))], count, bool(rng.integers(2)), root,
-                         1000 + seed)
-        else:
-            if k.kind == "words":
-                k = Kind("numpy", k.name)  # 1-byte words need no dtype= to move
-            run_moving(comm, MOVING[int(rng.integers(len(MOVING)))], k, count, root, 1000 + seed)
+        run_case(comm, seed)
 
 
 def test_every_algorithm(comm):
