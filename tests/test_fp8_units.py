@@ -108,12 +108,15 @@ def test_registry():
     words = np.zeros(4, np.uint8)
     assert fp8.of(host, words, words, "float8_e5m2") == ml_dtype("float8_e5m2")
     assert fp8.of(host, words, words, None) is None
+    assert fp8.of(host, words, words, ml_dtype("float8_e4m3fn")) == ml_dtype("float8_e4m3fn")
     for bad in ("float16", "float8_e4m3fnuz", 3):
         with pytest.raises(HpcclInvalidArgument, match="'dtype'"):
             fp8.of(host, words, words, bad)
     f32 = np.zeros(4, np.float32)
     with pytest.raises(HpcclInvalidArgument, match="'dtype'.*1-byte words"):
         fp8.of(host, f32, f32, "float8_e4m3fn")
+    torch = pytest.importorskip("torch")
+    assert fp8.of(host, words, words, torch.float8_e5m2) == ml_dtype("float8_e5m2")
 
 
 def test_ml_dtypes_is_imported_only_for_float8_or_bfloat16():

@@ -27,7 +27,12 @@ def of(m: Any, obj: Any, flat: Any, dtype: Any) -> Optional[np.dtype]:
         if m is host:
             return have if fp8_name(have) is not None else None
         return m.fp8_of(obj)
-    want = dtype if isinstance(dtype, str) else fp8_name(np.dtype(dtype)) if _dtype_like(dtype) else None
+    if isinstance(dtype, str):
+        want = dtype
+    elif str(dtype) in TORCH_NAMES:  # torch.float8_e4m3fn itself
+        want = str(dtype)[6:]
+    else:
+        want = fp8_name(np.dtype(dtype)) if _dtype_like(dtype) else None
     if want not in FP8_NAMES:
         raise HpcclInvalidArgument("dtype", f"{dtype!r} is not a float8 type; use one of {', '.join(FP8_NAMES)} "
                                             "(other types are read from the buffer itself)")
