@@ -138,10 +138,17 @@ def temp(comm: Any, m: Any, st: Any, count: int) -> Any:
         return cupy.empty(count, F32)
 
 
+_WIDE: dict = {}  # name -> the float32 value of each of the 256 codes
+
+
 def widen(comm: Any, m: Any, st: Any, src: Any, name: Optional[str]) -> Any:
-    """src as float32 (exact: every fp8 value is a float32)."""
+    """src as float32 (exact: every fp8 value is a float32); on the host a lookup of the 256 codes, several
+    times faster than ml_dtypes' conversion loop (bench/fp8_host.py)."""
     if m is host:
-        return src.astype(F32)
+        table = _WIDE.get(name)
+        if table is None:
+            table = _WIDE[name] = np.arange(256, dtype=np.uint8).view(ml_dtype(name)).astype(F32)
+        return np.take(table, src.view(np.uint8))
     out = temp(comm, m, st, src.size)
     m.fp8_convert(out, src, name, True, st)
     return out
