@@ -4,6 +4,7 @@ buffers and runs the Calls these build (Communicator.send and the others call th
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from .call import Call
@@ -124,7 +125,13 @@ def vblocks(size: int, counts: Sequence[int], displs: Optional[Sequence[int]], t
             raise HpcclInvalidArgument(name, f"entry {bad[0]} is negative ({vals[bad[0]]})")
         return vals
     cs = ints(counts, cname)
-    ds = ints(displs, dname) if displs is not None else [sum(cs[:j]) for j in range(size)]
+    if displs is None:  # packed: disjoint by construction, inside the buffer when the last block is
+        ds = [0, *itertools.accumulate(cs)]
+        if ds[-1] <= total:
+            return list(zip(ds, cs))
+        ds.pop()
+    else:
+        ds = ints(displs, dname)
     for j, (o, c) in enumerate(zip(ds, cs)):
         if o + c > total:
             raise HpcclInvalidArgument(cname if displs is None else dname,

@@ -33,13 +33,23 @@ def _go(comm: Any, items: List[tuple], what: str) -> None:
         run_p2p(comm, items, what)
 
 
+_EVEN: dict = {}
+
+
 def _even(n: int, c: int) -> Blocks:
-    return tuple((j * c, c) for j in range(n))
+    """n blocks of c elements, packed (kept: small calls repeat)."""
+    b = _EVEN.get((n, c))
+    if b is None:
+        if len(_EVEN) > 256:
+            _EVEN.clear()
+        b = _EVEN[(n, c)] = tuple((j * c, c) for j in range(n))
+    return b
 
 
 def _planned(comm: Any, coll: str, args: tuple, blocks: Blocks, op: Any = None, finish: Any = None) -> None:
     """A validated host call run by its plan; nothing moves when every block is empty (on every rank)."""
-    nbytes = sum(c for _, c in blocks) * args[0].itemsize
+    nbytes = (blocks[0][1] * len(blocks) if coll == "gather" or coll == "scatter"
+              else sum(c for _, c in blocks)) * args[0].itemsize
     if nbytes and not (comm._front and vpad.front(comm, coll, args, nbytes)):
         comm._run(Call(coll, host, None, nbytes, args, op=op, finish=finish, fn=_host))
 

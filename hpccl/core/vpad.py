@@ -34,10 +34,14 @@ def run(comm: Any, call: Call) -> bool:
 def front(comm: Any, coll: str, args: tuple, nbytes: int) -> bool:
     """The same before Communicator._run, as the hot path's front door takes a call (no HPCCL_CHECK, dumps
     or trace: the front door is open): the compiled call counts itself; False when it declines."""
-    base = next((b for b in PADDED[coll] if b in comm._front), None)
+    front, base = comm._front, None
+    for b in PADDED[coll]:
+        if b in front:
+            base = b
+            break
     if base is None or comm._planner.plan(coll, nbytes, HOST).route != HOT:
         return False
-    door = comm._front[base]
+    door = front[base]
 
     def hot(c: str, nb: int, a: tuple) -> bool:
         try:  # as Communicator._front_door makes its call
@@ -63,7 +67,7 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
     """``coll`` run as the hot path's ``base`` through ``hot``; False when it declines."""
     send, recv, blocks = a[0], a[1], a[2]
     n, r = comm.size, comm.rank
-    big = max(c for _, c in blocks)
+    big = blocks[0][1] if coll == "gather" or coll == "scatter" else max(c for _, c in blocks)
     isz = send.itemsize
     padded = nbytes if base == "all_reduce" else n * big * isz
     if padded > PAD_MAX or (padded > 2 * nbytes and padded - nbytes > PAD_SLACK):
@@ -71,7 +75,7 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
     p = comm._prim
     if coll == "gather":
         root = a[3]
-        out = recv if r == root else p.scratch(n * big, send.dtype, _SLOT_OUT)
+        out = recv if r == root else _scr(p, n * big, send.dtype, _SLOT_OUT)
         return hot("all_gather", n * big * isz, (send, out))
     if coll == "scatter":
         root = a[3]
@@ -82,7 +86,7 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
             if c and not np.shares_memory(recv, send[o:o + c]):
                 p.copy(recv, send[o:o + c])
             return True
-        tmp = p.scratch(n * big, recv.dtype, _SLOT_OUT)
+        tmp = _scr(p, n * big, recv.dtype, _SLOT_OUT)
         if not hot("broadcast", n * big * isz, (tmp, tmp, root)):
             return False
         o, c = blocks[r]
@@ -92,10 +96,10 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
     if coll == "all_gather_v":
         if _packed(blocks, big):
             return hot("all_gather", n * big * isz, (send, recv))
-        mine = p.scratch(big, send.dtype, _SLOT_IN)
+        mine = _scr(p, big, send.dtype, _SLOT_IN)
         if send.size:
             p.copy(mine[:send.size], send)
-        out = p.scratch(n * big, send.dtype, _SLOT_OUT)
+        out = _scr(p, n * big, send.dtype, _SLOT_OUT)
         if not hot("all_gather", n * big * isz, (mine, out)):
             return False
         for j, (o, c) in enumerate(blocks):
@@ -104,7 +108,7 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
         return True
     op = a[3]  # reduce_scatter_v
     if base == "all_reduce":  # the whole (packed) input reduced everywhere; this rank keeps its block
-        out = p.scratch(send.size, send.dtype, _SLOT_OUT)
+        out = _scr(p, send.size, send.dtype, _SLOT_OUT)
         if not hot("all_reduce", nbytes, (send, out, op)):
             return False
         o, c = blocks[r]
@@ -113,13 +117,13 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
         return True
     if _packed(blocks, big):
         return hot("reduce_scatter", n * big * isz, (send, recv, op))
-    padded = p.scratch(n * big, send.dtype, _SLOT_IN)
+    padded = _scr(p, n * big, send.dtype, _SLOT_IN)
     for j, (o, c) in enumerate(blocks):
         if c:
             p.copy(padded[j * big:j * big + c], send[o:o + c])
         if c < big:
             padded[j * big + c:(j + 1) * big] = 0  # never read back; zeros keep the combine free of stale values
-    out = p.scratch(big, send.dtype, _SLOT_OUT)
+    out = _scr(p, big, send.dtype, _SLOT_OUT)
     if not hot("reduce_scatter", n * big * isz, (padded, out, op)):
         return False
     if recv.size:
@@ -130,3 +134,17 @@ def _padded(comm: Any, coll: str, a: tuple, nbytes: int, base: str, hot: Callabl
 def _packed(blocks: Sequence[Tuple[int, int]], big: int) -> bool:
     """Every block the same size, in rank order with no gaps: the user's buffers are the padded ones."""
     return all(o == j * big and c == big for j, (o, c) in enumerate(blocks))
+
+
+def _scr(p: Any, count: int, dtype: np.dtype, slot: int) -> Any:
+    """p.scratch(count, dtype, slot), the view kept while the slot's memory stays (small calls repeat)."""
+    views = p.__dict__.setdefault("_pad_views", {})
+    key = (count, dtype, slot)
+    hit = views.get(key)
+    if hit is not None and hit[0] is p._scratch.get(slot):
+        return hit[1]
+    a = p.scratch(count, dtype, slot)
+    if len(views) > 64:
+        views.clear()
+    views[key] = (p._scratch[slot], a)
+    return a
