@@ -197,7 +197,7 @@ def test_peer_lost_and_call_in_flight(folder, monkeypatch):
     try:
         comm.all_reduce(np.ones(8))
         if comm.rank == failing:
-            time.sleep(1.0)  # the others are inside the next call by now
+            time.sleep(2.5)  # the others are inside the next call by now, and have been sampled there
             comm.abort()
         else:
             t = threading.Timer(0.5, lambda: seen.append(metrics.text()))
