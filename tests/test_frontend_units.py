@@ -192,6 +192,10 @@ def test_vcolls_planned_onto_the_hot_path_unless_a_schedule_is_pinned(monkeypatc
     assert pl.plan("gather", 256, HOST).algo == "tree"
     pl.force("gather", None)
     assert pl.plan("gather", 256, HOST).route == HOT
+    wide = Planner(Tuner("ucx", 4, 1, nodes=4), Layout(nodes=4, local=1, equal=True))
+    wide.attach_hot(object(), ("all_gather", "broadcast", "all_reduce"), front_open=False)
+    assert wide.plan("gather", 256, HOST).route == SCHEDULE  # across nodes from 3 ranks: gather's schedule
+    assert wide.plan("scatter", 256, HOST).route == HOT
     pl.force("reduce_scatter_v", None)
     pl.attach_hot(object(), ("broadcast", "all_reduce"), front_open=False)  # the network engine's compiled path
     assert pl.plan("all_gather_v", 256, HOST).route == SCHEDULE  # no all_gather there: nothing to pad onto

@@ -86,7 +86,10 @@ class Planner:
             p = Plan(KERNEL if spec is not None and spec.cuda_scope == "node" else PROXY, algo, spec)
         if kind == HOST and coll in self.hot_colls:
             return Plan(HOT, HOT, None, p)
-        if kind == HOST and any(b in self.hot_colls for b in PADDED.get(coll, ())):
+        # across nodes the compiled all_gather takes rounds over the network where a gather's messages take one
+        # step: from 3 ranks a gather goes by its schedule (docs/perf/host/vcolls_ab_split1_np4.txt)
+        wide_gather = coll == "gather" and self.layout.nodes > 1 and self.tuner.n > 2
+        if kind == HOST and not wide_gather and any(b in self.hot_colls for b in PADDED.get(coll, ())):
             forced = self.tuner.override.get(coll) or self.tuner.override.get("*")
             if forced != p.algo:  # unless HPCCL_ALGO pinned the schedule the table runs
                 return Plan(HOT, "padded", None, p)

@@ -183,9 +183,9 @@ def test_reduce_scatter_v_each_schedule(comm, forced, algo, op):
 
 def test_planner_pads_small_calls_onto_the_hot_path(comm):
     """Where the communicator has a compiled hot path serving all_gather, a small gather is planned onto it
-    (blocks padded); a schedule of the table is what runs when it declines."""
+    (blocks padded; across nodes only at 2 ranks); a schedule of the table is what runs when it declines."""
     p = comm._planner.plan("gather", 256, "host")
-    if "all_gather" in comm._planner.hot_colls:
+    if "all_gather" in comm._planner.hot_colls and (comm.num_nodes == 1 or comm.size <= 2):
         assert p.route == "hot" and p.algo == "padded" and p.fallback.algo in SCHEDULES["gather"]
     else:
         assert p.route == "schedule" and p.algo in SCHEDULES["gather"]
