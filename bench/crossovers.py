@@ -1,7 +1,7 @@
 """Check the cost model's picks against measurement: for each size, the fastest algorithm measured
 (hpccl-perf --algo ...) next to the one the Tuner picks, and how much slower the pick is than the best.
 
-    python bench/crossovers.py docs/perf/host-algos-4ranks.json --path shm --ranks 4 --local 4
+    python bench/crossovers.py docs/perf/host/algos-ag-rs-2ranks.json --path shm --ranks 4 --local 4
 """
 from __future__ import annotations
 

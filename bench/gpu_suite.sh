@@ -17,8 +17,8 @@
 #   engine     the network engine's staged GPU steps: quick matrix at split:1 with ENGINE_RANKS (2 4) ranks,
 #              bench/net_step_cost.py, hpccl-perf vs NCCL sockets (NCCL_HOSTID per rank) per collective
 # Measured on 2x H200 (docs/perf/gpu_suite.log): tests2 72 s, tests4 12 s, bench 32 s, overlap 3 s; the
-# stage time limits (T_*) add up to under the device tool's 10-minute call. On one H200 under MPS
-# (docs/perf/gpu_shared/mps_run*.log): quick matrix 23/26/35 s at 2/4/8 ranks, full 25/35/50 s, split:2
+# stage time limits (T_*) add up to under the device tool's 10-minute call. On one H200 under MPS:
+# quick matrix 23/26/35 s at 2/4/8 ranks, full 25/35/50 s, split:2
 # quick 25 s and full 48 s, campaign of 2000 cases 45/54/70 s, probe ~16 s per rank count: the default
 # SUITE (REPEAT=1) fits one call; REPEAT=3 (the issue-20 acceptance runs) and "mps full1gpu split4" with
 # SPLIT_QUICK=0 take a call each.

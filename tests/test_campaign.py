@@ -1,7 +1,7 @@
 """The GPU correctness campaign (bench/gpu_campaign.py) checks itself on host buffers here, where there is
 no GPU: its case drawing, references and checks must hold on a library that is right (0 wrong), and must
-catch one that is not (a corrupted result is reported, and the exit code says so). Its GPU runs are logged
-under docs/perf/gpu_shared/."""
+catch one that is not (a corrupted result is reported, and the exit code says so). It runs on the GPU
+machine through bench/gpu_suite.sh."""
 from __future__ import annotations
 
 from mpirun import run_mpi, shm_leftovers

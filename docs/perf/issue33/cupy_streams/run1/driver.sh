@@ -1,4 +1,4 @@
-# twentieth session's GPU call: CuPy's stream change under the quick matrix, hier_stopped with the kernels loaded first, compile times, one node at 4 and 8
+# the GPU call: CuPy's stream change under the quick matrix, hier_stopped with the kernels loaded first, compile times, one node at 4 and 8
 pkill -9 -x python3; pkill -9 -x mpirun
 export OUT=${OUT:-/tmp/o}; mkdir -p $OUT
 T0=$(date +%s); LIMIT=${LIMIT:-300}
