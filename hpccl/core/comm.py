@@ -1,18 +1,12 @@
 """The Communicator, hpccl's one front end for every memory kind and node layout.
 
-Every public call validates its arguments once, with the same rules and messages for host and device
-buffers (through the memory component of the buffer's kind: memory.host or memory.cuda.DeviceMemory),
-before anything moves. It becomes a Call (collective, memory kind, stream, bytes, flat arguments), which
-runs at once or, inside group(), at the group's end. Running a Call asks the communicator's one planner
-(hpccl/core/planner.py) for its plan, made once per size bucket from the one table (hpccl.algorithms) and the
-cost model, and runs it: the compiled hot path; host schedules over primitives; GPU kernels over peer
-memory (one node); host schedules over device primitives on the network proxy (several nodes); or hier,
-composed of the sub-communicators' calls. Plain numpy calls try the hot path's front door first.
-
-The jobs around the front end have modules of their own, functions of the communicator that import no
-Communicator: planner (every choice), dispatch (a Call run by its plan), hotcalls (the compiled hot path),
-p2p (sends, receives, groups), failures (naming and passing on errors), lifecycle (split, shrink,
-sub-communicators, destroy), cuda_context, and transport.select (the transports chosen at set-up)."""
+Every public call validates its arguments once, with the same rules and messages for host and device buffers,
+before anything moves, and becomes a Call that runs at once or, inside group(), at the group's end. Running a
+Call asks the communicator's planner (core/planner.py) for its plan and runs it: the compiled hot path, host
+schedules over primitives, GPU kernels over peer memory, staged network steps, or hier over sub-communicators.
+The jobs around the front end have modules of their own that import no Communicator: entry (the front door
+and replays, before validation), planner, dispatch, hotcalls, p2p, vcolls, fp8, failures, lifecycle, grow,
+cuda_context and transport.select."""
 from __future__ import annotations
 
 import os
@@ -26,9 +20,10 @@ from ..host import hotcalls
 from ..observe import check
 from ..runtime import failures
 from . import fp8, grow, lifecycle, p2p, vcolls
-from ..algorithms import Layout
+from ..algorithms import Layout, ring
 from ..bootstrap import MpiBootstrap, StoreBootstrap
 from .call import Call
+from .entry import FIRED, Entry
 from ..gpu.cuda_context import check_capture, gpu_begin, net_capturable, on_device
 from .dispatch import device_collective, host_barrier, host_collective, net_barrier
 from ..errors import HpcclError, HpcclInvalidArgument, HpcclInvalidUsage, HpcclRemoteError, HpcclTimeoutError
@@ -36,7 +31,7 @@ from ..runtime.failures import arrived, dead_peer, in_call, named, new_numbering
 from .frontend import validate
 from ..host.host_alloc import HostArena
 from ..host.hotpath import OPCODE
-from ..memory.interop import CUDA, HOST, memory_kind
+from ..memory.interop import HOST, memory_kind
 from ..memory import host
 from ..ops import SUM, ReduceOp
 from .planner import Planner
@@ -51,14 +46,11 @@ from ..transport.shm import ShmTransport
 from ..transport.table import TransportTable
 
 OpLike = Union[ReduceOp, str]
-FIRED = object()  # the device fast path replayed the call
 _perf = time.perf_counter
 _OP_TYPES = frozenset((str, ReduceOp))  # ops the front door looks up (others: the Spec names them)
-_SHORT = {"all_reduce": "ar", "reduce": "red", "broadcast": "bc", "all_gather": "ag", "reduce_scatter": "rs",
-          "all_to_all": "a2a"}  # the collectives' names in launch-snapshot keys
 
 
-class Communicator:
+class Communicator(Entry):
     """A group of ranks that run collectives together, like an ncclComm_t, built over an MPI communicator
     (mpi4py; COMM_WORLD by default) or over a bootstrap object (bootstrap.StoreBootstrap: no MPI)."""
 
@@ -333,7 +325,7 @@ class Communicator:
             t.announce(self._seq)
         rec = self._rec.start(self._seq, call.coll, call.nbytes, call.mem.kind)
         if self._check_calls and call.coll not in p2p.NAMES:
-            check.before(self, call, rec)
+            check.before(self, call, rec, lambda mine, table: ring.all_gather(self._prim, mine, table))
         back = None if call.mem is host else on_device(call.mem.device)
         timed = None
         if self._observed and call.mem is not host:
@@ -350,6 +342,7 @@ class Communicator:
                 device_collective(self, call)
         except HpcclError as exc:
             exc = named(self, exc, call.coll)
+            failures.count(self, exc)
             self._rec.end(rec, f"failed: {type(exc).__name__}")
             if self._parent is None or not isinstance(exc, HpcclTimeoutError):
                 # a hier step's timeout is not passed on: only the user's communicator, once it has asked its
@@ -371,34 +364,6 @@ class Communicator:
         collective and algorithm (memory kind in brackets), since this communicator was made."""
         return self._rec.stats.snapshot()
 
-    def _submit(self, call: Call) -> None:
-        if self._group is not None:
-            self._group.append(call)
-        else:
-            self._run(call)
-
-    def _front_door(self, coll: str, sendbuf: Any, recvbuf: Any, out_required: bool, *args: Any) -> bool:
-        """Hand a call on plain numpy arrays to the hot path before any Python validation; True when it
-        took the call (anything it declines goes the validating way). ``out_required``: the collective
-        allocates its output when recvbuf is None, which only Python does."""
-        hot = self._front.get(coll)
-        if (hot is None or type(sendbuf) is not np.ndarray or self._group is not None
-                or (out_required and type(recvbuf) is not np.ndarray)):
-            return False
-        try:
-            rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
-        except OverflowError:  # a root past C's int: nothing ran, and the Spec names it
-            return False
-        except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
-            self._seq += 1
-            hotcalls.failed(self, hotcalls.error(exc), coll)
-        if rc < 0:
-            return False
-        self._seq += 1
-        if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
-            hotcalls.wait(self, hot, coll)
-        return True
-
     def _net_capturable(self) -> bool:
         """True when this communicator's GPU network steps can be captured (hpccl/gpu/cuda_context.py)."""
         return net_capturable(self)
@@ -407,64 +372,6 @@ class Communicator:
         """Run a collective on flat, already validated arrays (hier's sub-steps): no second validation."""
         m = host if isinstance(args[0], np.ndarray) else self._device().mem
         self._run(Call(coll, m, stream, args[1].nbytes if coll == "all_gather" else args[0].nbytes, args))
-
-    def _enter(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any,
-               out_required: bool = False) -> Any:
-        """A collective's opening after its front door: a repeated single-node device call replays its
-        launch snapshot (returns FIRED) or gets the key to snapshot this call under (else None); then a
-        destroyed or aborted communicator refuses the call. Host buffers and groups never replay."""
-        key = None
-        if self._dev is not None and type(sendbuf) is not np.ndarray and (recvbuf is not None or not out_required):
-            eng = self._dev.engine
-            if eng is not None and self._group is None and not self._check_calls and not self._observed:
-                key = eng.fast_key(_SHORT[coll], sendbuf, recvbuf, op, root, stream)
-                if key is not None:
-                    t0 = _perf()
-                    if eng.fire(key):
-                        self._fired(coll, key, self._planner.replays.get(key, ""), t0)
-                        return FIRED
-            elif (self._dev.replays is not None and self._group is None and not self._check_calls
-                  and not self._observed and not self._destroyed and not self._aborted):
-                key = self._dev.keys.key(_SHORT[coll], sendbuf, recvbuf, op, root, stream)
-                if key is not None:
-                    t0 = _perf()
-                    if self._net_fire(coll, key):
-                        self._fired(coll, key, "replayed", t0)
-                        return FIRED
-            elif (self._dev.hier is not None and coll == "all_reduce" and self._group is None
-                  and not self._check_calls and not self._observed and not self._destroyed and not self._aborted):
-                key = self._dev.keys.key("ar", sendbuf, recvbuf, op, root, stream)
-                if key is not None:
-                    t0 = _perf()
-                    if self._dev.hier.fire(key, self._counted):
-                        self._fired(coll, key, "hier replayed", t0)
-                        return FIRED
-        if self._destroyed or self._aborted:
-            self._alive(coll)
-        return key
-
-    def _fired(self, coll: str, key: tuple, algo: str, t0: float) -> None:
-        """Count a call enqueued from its snapshot or recording (key[1]: the send buffer's address, count,
-        dtype) in the statistics, as the validating path counts it."""
-        ks = key[1]
-        self._rec.stats.add_replayed(coll, CUDA, algo,
-                                     ks[1] * ks[2].itemsize * (self.size if coll == "all_gather" else 1), _perf() - t0)
-
-    def _counted(self, coll: str) -> None:
-        """The bookkeeping of _run for a replayed call (recordings, hier's chains): its number, told to the
-        waiter and announced to the transports."""
-        seq = self._seq = self._seq + 1
-        self._waiter.collective, self._waiter.seq = coll, seq
-        for t in self._transports:
-            t.announce(seq)
-
-    def _net_fire(self, coll: str, key: tuple) -> bool:
-        """Enqueue a repeated GPU call across nodes from its recording (hpccl/gpu/netreplay.py); False when
-        there is none, or it could not run (capture, a failed step: the Python path runs and reports)."""
-        if self._dev.replays.fire(key, self._rec.name(coll, self._seq + 1)):
-            return False
-        self._counted(coll)
-        return True
 
     # ----- collectives -----------------------------------------------------------------------------
     def all_reduce(self, sendbuf: Any, recvbuf: Any = None, op: OpLike = SUM, *, stream: Any = None,

@@ -13,7 +13,7 @@ from .. import config
 from ..errors import HpcclError, HpcclSystemError
 from ..memory.interop import HOST
 from ..ops import ReduceOp
-from ..runtime.failures import named, origin
+from ..runtime.failures import count, named, origin
 from .hotpath import OPCODE
 
 #: the collectives a C front door can take (barrier has no buffers: its method calls the hot path itself)
@@ -80,6 +80,7 @@ def failed(comm: Any, exc: HpcclError, coll: str) -> NoReturn:
     """A front-door call failed: drop it, name it and abort, as _run does for the validated path."""
     comm._hot.cancel()
     exc = named(comm, exc, coll)
+    count(comm, exc)
     comm.abort(origin(comm, exc))
     raise exc from None
 

@@ -3,7 +3,7 @@ dtype, op, root, memory kind), so a desynchronised program fails on every rank w
 and what each called, instead of hanging or mixing buffers. Costs one small host all_gather per call."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import numpy as np
 
@@ -61,26 +61,26 @@ def disagreement(table: np.ndarray) -> List[Tuple[List[int], str]]:
     return [(ranks, describe(table[ranks[0]])) for ranks in sorted(groups.values())]
 
 
-def agree(comm: Any, call: Any) -> None:
-    """Exchange this call's signature with every rank (host ring all_gather over the communicator's own
-    primitives) and raise HpcclInvalidUsage on every rank if they differ."""
-    from ..algorithms import ring
+def agree(comm: Any, call: Any, gather: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    """Exchange this call's signature with every rank (``gather(mine, table)``: the communicator's host
+    all_gather, handed in by core so that observe imports no algorithm) and raise HpcclInvalidUsage on every
+    rank if they differ."""
     mine = signature(call)
     table = np.empty(comm.size * mine.size, dtype=np.int64)
-    ring.all_gather(comm._prim, mine, table)
+    gather(mine, table)
     diff = disagreement(table.reshape(comm.size, mine.size))
     if diff:
         what = "; ".join(f"rank(s) {ranks}: {desc}" for ranks, desc in diff)
         raise HpcclInvalidUsage(f"HPCCL_CHECK: call #{comm._seq} differs across ranks: {what}")
 
 
-def before(comm: Any, call: Any, rec: list) -> None:
+def before(comm: Any, call: Any, rec: list, gather: Callable[[np.ndarray, np.ndarray], None]) -> None:
     """HPCCL_CHECK: the ranks compare what they are about to call. A mismatch is a usage error found by
     every rank before any data of the call moved, so the communicator stays usable (no abort: an abort
     would reach ranks still comparing and hide the mismatch from them); a failed exchange aborts."""
     comm._waiter.collective = f"HPCCL_CHECK before {call.coll}"
     try:
-        agree(comm, call)
+        agree(comm, call, gather)
     except HpcclInvalidUsage:
         comm._rec.end(rec, "failed: HpcclInvalidUsage")
         raise

@@ -276,12 +276,14 @@ def origin(comm: Any, exc: Optional[BaseException]) -> Optional[int]:
 def named(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
     """The error a call raises: a transport's report of a lost peer gets the call's name; its ranks go to
     the user's numbering (to_user: a hier step's error leaves its sub-communicator so); the user's
-    communicator names its own call, and the step it failed in, and counts it (comm.stats's errors and
-    peers lost, for metrics)."""
-    out = _named(comm, exc, coll)
+    communicator names its own call, and the step it failed in."""
+    return _named(comm, exc, coll)
+
+
+def count(comm: Any, exc: HpcclError) -> None:
+    """A failed call of the user's communicator in its statistics: errors by kind and the peer lost (metrics)."""
     if comm._parent is None:
-        comm._rec.stats.error(out, out.rank if isinstance(out, HpcclRemoteError) else None)
-    return out
+        comm._rec.stats.error(exc, exc.rank if isinstance(exc, HpcclRemoteError) else None)
 
 
 def _named(comm: Any, exc: HpcclError, coll: str) -> HpcclError:
