@@ -31,7 +31,7 @@ for stage in ${STAGES:-probe table}; do
            timeout $left python3 bench/inflight_campaign.py --cases ${CASES:-200} --seed ${SEED:-1} \
            --parallel ${PAR:-3} --budget $(( left - 45 )) --log $OUT/campaign.jsonl --logdir /tmp/camp $(envs "${CAMP_ENV:-}") \
            2>&1 | grep -a -E "^(FAIL|SUMMARY)" | cut -c1-1500 || rc=1 ;;
-  gputest) timeout 200 $M -x HPCCL_TIMEOUT=60 -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider \
+  gputest) timeout 200 $M -x HPCCL_TIMEOUT=60 -n 2 python3 -m pytest tests/gpu/test_cuda_failures.py -q -p no:cacheprovider \
            --color=no -rs -k "${GPUTEST_K:-stream_operations_where}" 2>&1 \
            | grep -a -E "passed|failed|FAILED|Error|SKIPPED|assert" | sort | uniq -c | cut -c1-400 || rc=1 ;;
   perf) STAGES=perf VARIANTS="HPCCL_CUDA_SYNC=auto HPCCL_CUDA_SYNC=spin" ROUNDS=1 FACTOR=${FACTOR:-8} \

@@ -48,19 +48,19 @@ for stage in ${STAGES:-check cost perf}; do
       | summ || rc=1
     for n in 4 8; do
       echo "=== replay and stream-order tests at split:1, $n ranks ($(date -u +%T))"
-      timeout ${T_SUB:-150} $M -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n $n python3 -m pytest tests/gpu/test_cuda.py -q -x \
+      timeout ${T_SUB:-150} $M -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n $n python3 -m pytest tests/gpu/test_cuda.py tests/gpu/test_cuda_streams.py -q -x \
         -p no:cacheprovider --color=no -rs -k "replay or stream_order or back_to_back or test_all_reduce_dtype" 2>&1 \
         | summ || rc=1
     done ;;
   hier)
     echo "=== hier at split:2, 4 ranks (node kernels + network steps on lanes) ($(date -u +%T))"
     timeout ${T_SUB:-150} ${M/split:1/split:2} -x HPCCL_TIMEOUT=60 -x HPCCL_TEST_QUICK=1 -n 4 python3 -m pytest \
-      tests/gpu/test_cuda.py -q -x -p no:cacheprovider --color=no -rs \
+      tests/gpu/test_cuda.py tests/gpu/test_cuda_streams.py -q -x -p no:cacheprovider --color=no -rs \
       -k "stream_order or back_to_back or test_all_reduce_dtype or test_all_gather or broadcast_reduce or graph" 2>&1 \
       | summ "passed|failed|FAILED|Error" || rc=1 ;;
   fail)
     echo "=== timeout tests at split:1, 2 ranks (a replayed call whose peer never comes) ($(date -u +%T))"
-    timeout ${T_SUB:-150} $M -n 2 python3 -m pytest tests/gpu/test_cuda.py -q -p no:cacheprovider --color=no -rs \
+    timeout ${T_SUB:-150} $M -n 2 python3 -m pytest tests/gpu/test_cuda_failures.py -q -p no:cacheprovider --color=no -rs \
       -k "timeout or held_engine" 2>&1 | summ || rc=1 ;;
   cost)
     for v in ${COST_VARIANTS:-HPCCL_NET_REPLAY=1 HPCCL_NET_REPLAY=0}; do
@@ -95,7 +95,7 @@ for stage in ${STAGES:-check cost perf}; do
   graph)
     for l in ${CAPTURE_AT-split:2,4 split:4,8}; do set -- ${l/,/ }
       echo "=== graph capture at $1, $2 ranks ($(date -u +%T))"
-      timeout ${T_SUB:-150} ${M/split:1/$1} -x HPCCL_TIMEOUT=60 -n $2 python3 -m pytest tests/gpu/test_cuda.py -q \
+      timeout ${T_SUB:-150} ${M/split:1/$1} -x HPCCL_TIMEOUT=60 -n $2 python3 -m pytest tests/gpu/test_cuda_streams.py -q \
         -p no:cacheprovider --color=no -rs -k "graph_capture" 2>&1 | summ "passed|failed|FAILED|Error|SKIPPED|assert" || rc=1
     done
     for l in ${GRAPH_AT-split:1,2 split:2,4}; do set -- ${l/,/ }

@@ -39,7 +39,7 @@ FP8_MODULES: Dict[str, Tuple[str, str]] = {"float8_e4m3fn": ("uint8", "float32")
 #: ReduceOp value -> id used as the OP template argument
 OP_IDS: Dict[str, int] = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
-SOURCES = ("hpccl_device.cuh", "hpccl_kernels.cu")
+SOURCES = ("hpccl_device.cuh", "hpccl_kernels.cu", "hpccl_registered.cuh", "hpccl_sync.cuh", "hpccl_net.cuh")
 
 
 class CommArgs(ctypes.Structure):
@@ -87,12 +87,13 @@ def source_dir() -> Path:
 
 
 def source_text() -> str:
-    """The kernel source with the header inlined (NVRTC then needs no include path, and CuPy's
-    on-disk cache key, which hashes the source text, changes whenever either file changes)."""
+    """The kernel source with every header of SOURCES inlined where it is included (NVRTC then needs no
+    include path, and CuPy's on-disk cache key, which hashes the source text, changes whenever a file changes)."""
     d = source_dir()
-    header = (d / SOURCES[0]).read_text()
     body = (d / SOURCES[1]).read_text()
-    return body.replace('#include "hpccl_device.cuh"', header)
+    for name in SOURCES[:1] + SOURCES[2:]:
+        body = body.replace(f'#include "{name}"', (d / name).read_text())
+    return body
 
 
 def reduce_names(dt: int) -> List[str]:

@@ -31,6 +31,17 @@ def test_nvcc_compiles(src, tmp_path):
         assert proc.returncode == 0, f"{arch}: {err}"
         assert out.stat().st_size > 0, arch
 
+def test_the_kernel_source_inlines_every_header():
+    """NVRTC gets one text (hpccl/kernels.py source_text): every file the kernels include is inlined, none is
+    missing from the packaged SOURCES, and the text holds each part's kernels."""
+    from hpccl import kernels
+    text = kernels.source_text()
+    assert "#include" not in text
+    assert {p.name for p in (ROOT / "cuda").glob("*.cu*")} == set(kernels.SOURCES)
+    for kernel in ("hp_copy_push", "hp_reg_copy", "hp_s_push", "hp_net_pipe", "hp_fp8_narrow"):
+        assert f" {kernel}(" in text, kernel
+
+
 def _header_defines() -> dict:
     """The header's integer #defines (HPCCL_*), evaluated in order."""
     import re

@@ -234,7 +234,7 @@ def test_flight_recorder_dumps_and_analysis(tmp_path):
 def test_gpu_timeout_names_ranks_that_never_launched():
     """The GPU engine publishes its launch count in the rank's shared-memory segment; when a kernel's wait
     times out, the ranks whose count is behind are named (they never made the call). Host-only check of
-    the reading side with stand-ins; tests/gpu/test_cuda.py::test_timeout_is_reported runs it on a GPU."""
+    the reading side with stand-ins; tests/gpu/test_cuda_failures.py::test_timeout_is_reported runs it on a GPU."""
     import types
     from hpccl.gpu.cuda_comm import CudaComm
     counts = {0: 7, 1: 7, 2: 6, 3: 9}

@@ -278,10 +278,11 @@ def test_a_c_circle_is_found():
 
 # ----- file length ---------------------------------------------------------------------------------------
 def long_files(root: Path = ROOT) -> Dict[str, int]:
-    """Python and C sources of the package longer than MAX_LINES: path (from the repository) -> lines."""
+    """Python, C and CUDA sources of the package (and its kernels, cuda/ beside it) longer than MAX_LINES:
+    path (from the repository) -> lines."""
     out = {}
-    for p in sorted(root.rglob("*")):
-        if p.suffix in (".py", ".c", ".h", ".cpp") and p.is_file():
+    for p in sorted([*root.rglob("*"), *(root.parent / "cuda").glob("*")]):
+        if p.suffix in (".py", ".c", ".h", ".cpp", ".cu", ".cuh") and p.is_file():
             n = len(p.read_text().splitlines())
             if n > MAX_LINES:
                 out[p.relative_to(root.parent).as_posix()] = n

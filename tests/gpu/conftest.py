@@ -34,3 +34,22 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(mark)
+
+
+@pytest.fixture(scope="module")
+def world():
+    """A communicator over every rank with this rank's GPU current, one per test module (modules that need
+    another kind define their own)."""
+    import cupy
+    import hpccl
+    from gpu_util import have_torch
+    from hpccl.gpu.device import rank_device
+    comm = hpccl.Communicator()
+    dev = rank_device(comm.local_rank, cupy.cuda.runtime.getDeviceCount())
+    cupy.cuda.Device(dev).use()
+    if have_torch():
+        import torch
+        torch.cuda.set_device(dev)
+    yield comm, dev
+    comm.synchronize()
+    comm.destroy()
