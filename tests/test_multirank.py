@@ -29,11 +29,12 @@ CASES = [
     # suite file is a pytest module with its own communicator; the launch is what costs here)
     (1, "tests/mpi/mpi_errors.py tests/mpi/mpi_vcolls.py", {}, "errors-vcolls-1"),
     (2, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
-        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_trace.py tests/mpi/mpi_vcolls.py "
-        "tests/mpi/mpi_metrics.py tests/mpi/mpi_fp8.py", {},
+        "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_frontdoor.py tests/mpi/mpi_frontdoor_tools.py tests/mpi/mpi_trace.py "
+        "tests/mpi/mpi_vcolls.py tests/mpi/mpi_metrics.py tests/mpi/mpi_fp8.py", {},
      "errors-large-split-hotpath-frontdoor-trace-vcolls-metrics-2"),
     (3, "tests/mpi/mpi_errors.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py tests/mpi/mpi_alloc_host.py "
-        "tests/mpi/mpi_frontdoor.py tests/mpi/mpi_vcolls.py tests/mpi/mpi_fp8.py", {},
+        "tests/mpi/mpi_frontdoor.py tests/mpi/mpi_frontdoor_tools.py tests/mpi/mpi_vcolls.py tests/mpi/mpi_fp8.py",
+     {},
      "errors-split-hotpath-frontdoor-vcolls-3"),
     (4, "tests/mpi/mpi_errors.py tests/mpi/mpi_large.py tests/mpi/mpi_split.py tests/mpi/mpi_hotpath.py "
         "tests/mpi/mpi_alloc_host.py tests/mpi/mpi_trace.py tests/mpi/mpi_vcolls.py tests/mpi/mpi_fp8.py", {},

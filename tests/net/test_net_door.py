@@ -1,6 +1,6 @@
 """The C front door of replayed GPU calls across nodes (hpccl/csrc/_netdoor.c, HPCCL_NET_DOOR), on the CPU.
 
-Two real engines talk over UCX; the CUDA driver is test_net_replay's stand-in (streams are threads running
+Two real engines talk over UCX; the CUDA driver is standin_gpu.py's stand-in (streams are threads running
 enqueued work on host memory), the communicator a stand-in with the attributes the door reads and writes,
 and the arrays stand-ins of CuPy's and torch's types (the door is handed the types to take). Checked: a
 call whose key matches a recording is replayed, its result right and its bookkeeping the Python path's
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_net_replay as tr  # noqa: E402
+import standin_gpu as tr  # noqa: E402
 
 from hpccl.gpu import netreplay  # noqa: E402
 
