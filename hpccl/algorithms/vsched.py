@@ -55,19 +55,23 @@ def gather_direct(p: Primitives, send: np.ndarray, recv: np.ndarray, blocks: Blo
     p.exchange([], recvs, meanwhile=own)
 
 
+def _children(v: int, n: int) -> List[Tuple[int, int]]:
+    """(relative rank, subtree size) of each child of relative rank ``v`` in the binomial tree of ``n``."""
+    span, kids, m = _subtree(v, n), [], 1
+    while m < span:
+        if v + m < n:
+            kids.append((v + m, _subtree(v + m, n)))
+        m <<= 1
+    return kids
+
+
 def gather_tree(p: Primitives, send: np.ndarray, recv: np.ndarray, blocks: Blocks, root: int) -> None:
     """Binomial gather: each rank collects its subtree's blocks (in relative-rank order) and sends them to
     its parent in one message. The root receives each child's subtree straight into recvbuf where the
     blocks lie there in that order, else through scratch."""
     n, r = p.size, p.rank
     v = (r - root) % n
-    span = _subtree(v, n)
-    kids = []
-    m = 1
-    while m < span:
-        if v + m < n:
-            kids.append((v + m, _subtree(v + m, n)))
-        m <<= 1
+    span, kids = _subtree(v, n), _children(v, n)
     if r == root:
         recvs, later = [], []
         for k, ks in kids:
@@ -123,13 +127,7 @@ def scatter_tree(p: Primitives, send: np.ndarray, recv: np.ndarray, blocks: Bloc
     own and passes each child its subtree's (straight from sendbuf at the root where they lie in order)."""
     n, r = p.size, p.rank
     v = (r - root) % n
-    span = _subtree(v, n)
-    kids = []
-    m = 1
-    while m < span:
-        if v + m < n:
-            kids.append((v + m, _subtree(v + m, n)))
-        m <<= 1
+    span, kids = _subtree(v, n), _children(v, n)
     sends = []
     if r == root:
         for k, ks in kids:
