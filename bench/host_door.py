@@ -25,6 +25,35 @@ ROOT = Path(__file__).resolve().parent.parent
 COLLS = ("all_reduce", "broadcast", "all_gather")
 
 
+def interleaved(ways: dict, coll: str, x: np.ndarray, y: np.ndarray, world, reps: int, iters: int) -> dict:
+    """Per way (name -> callable taking the collective's arguments: (x, y), or (y, root) for broadcast), the
+    slowest rank's seconds per call of each round after the first (a warm-up): rounds interleave the ways in
+    alternating order, each times ``iters`` calls back to back after a barrier, and every result is checked."""
+    from mpi4py import MPI
+    n, r = world.size, world.rank
+    count = x.size
+    want = (np.full_like(y, n * (n + 1) / 2) if coll == "all_reduce" else np.ones_like(y)
+            if coll == "broadcast" else np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
+    times: dict = {w: [] for w in ways}
+    for rep in range(reps + 1):
+        for w in (list(ways) if rep % 2 else list(reversed(ways))):
+            f = ways[w]
+            y.fill(1 if coll == "broadcast" and r == 0 else -1)
+            world.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                if coll == "broadcast":
+                    f(y, 0)
+                else:
+                    f(x, y)
+            dt = (time.perf_counter() - t0) / iters
+            if not np.array_equal(y, want):
+                raise SystemExit(f"{w} {coll} of {x.nbytes} B is wrong on rank {r}")
+            if rep:
+                times[w].append(world.allreduce(dt, op=MPI.MAX))
+    return times
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=41)
@@ -58,30 +87,10 @@ def main() -> int:
             count = max(1, nbytes // 4)
             x = np.full(count, r + 1, np.float32)
             y = np.empty(count * n if coll == "all_gather" else count, np.float32)
-            ways = {"door": doors[coll], "method": method, "mpi": None}
-            times = {w: [] for w in ways}
-            for rep in range(args.reps + 1):  # the first round warms up and is dropped
-                order = list(ways) if rep % 2 else list(reversed(ways))
-                for w in order:
-                    f = ways[w]
-                    y.fill(1 if coll == "broadcast" and r == 0 else -1)
-                    world.Barrier()
-                    t0 = time.perf_counter()
-                    for _ in range(args.iters):
-                        if w == "mpi":
-                            (world.Allreduce(x, y) if coll == "all_reduce" else world.Bcast(y, root=0)
-                             if coll == "broadcast" else world.Allgather(x, y))
-                        elif coll == "broadcast":
-                            f(y, 0)
-                        else:
-                            f(x, y)
-                    dt = (time.perf_counter() - t0) / args.iters
-                    want = (np.full_like(y, n * (n + 1) / 2) if coll == "all_reduce" else np.ones_like(y)
-                            if coll == "broadcast" else np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
-                    if not np.array_equal(y, want):
-                        raise SystemExit(f"{w} {coll} of {nbytes} B is wrong on rank {r}")
-                    if rep:
-                        times[w].append(world.allreduce(dt, op=MPI.MAX))
+            mpi = {"all_reduce": lambda x, y: world.Allreduce(x, y), "all_gather": lambda x, y: world.Allgather(x, y),
+                   "broadcast": lambda y, root: world.Bcast(y, root=root)}[coll]
+            times = interleaved({"door": doors[coll], "method": method, "mpi": mpi}, coll, x, y, world, args.reps,
+                                args.iters)
             med = {w: statistics.median(v) for w, v in times.items()}
             rows.append({"coll": coll, "bytes": nbytes, **{f"{w}_s": v for w, v in med.items()}})
             if r == 0:

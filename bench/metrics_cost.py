@@ -18,9 +18,10 @@ import argparse
 import os
 import statistics
 import tempfile
-import time
 
 import numpy as np
+
+from host_door import interleaved  # bench/ is the script's folder: sys.path[0]
 
 COLLS = ("all_reduce", "broadcast", "all_gather")
 
@@ -71,26 +72,7 @@ def main() -> int:
                 fns = {k: (c.__dict__.get(coll) if entry == "door" else getattr(c, coll)) for k, c in comms.items()}
                 if entry == "door" and any(type(f).__name__ != "FrontDoor" for f in fns.values()):
                     raise SystemExit(f"no C front door for {coll} on this layout")
-                times = {k: [] for k in comms}
-                for rep in range(args.reps + 1):  # the first round warms up and is dropped
-                    order = list(comms) if rep % 2 else list(reversed(comms))
-                    for k in order:
-                        f = fns[k]
-                        y.fill(1 if coll == "broadcast" and r == 0 else -1)
-                        world.Barrier()
-                        t0 = time.perf_counter()
-                        for _ in range(args.iters):
-                            if coll == "broadcast":
-                                f(y, 0)
-                            else:
-                                f(x, y)
-                        dt = (time.perf_counter() - t0) / args.iters
-                        want = (np.full_like(y, n * (n + 1) / 2) if coll == "all_reduce" else np.ones_like(y)
-                                if coll == "broadcast" else np.repeat(np.arange(1, n + 1, dtype=np.float32), count))
-                        if not np.array_equal(y, want):
-                            raise SystemExit(f"{k} {coll} of {nbytes} B is wrong on rank {r}")
-                        if rep:
-                            times[k].append(world.allreduce(dt, op=MPI.MAX))
+                times = interleaved(fns, coll, x, y, world, args.reps, args.iters)
                 med = {k: statistics.median(v) for k, v in times.items()}
                 ron = [a / b for a, b in zip(times["on"], times["off"])]
                 r2 = [a / b for a, b in zip(times["off2"], times["off"])]
