@@ -41,15 +41,9 @@ class Entry:
             rc = getattr(hot, coll)(sendbuf, recvbuf, *args, self._seq + 1)
         except OverflowError:  # a root past C's int: nothing ran, and the Spec names it
             return False
-        except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
-            self._seq += 1
-            hotcalls.failed(self, hotcalls.error(exc), coll)
-        if rc < 0:
-            return False
-        self._seq += 1
-        if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
-            hotcalls.wait(self, hot, coll)
-        return True
+        except (HpcclError, OSError) as exc:
+            hotcalls.door_raised(self, exc, coll)
+        return hotcalls.door_done(self, hot, coll, rc)
 
     def _enter(self, coll: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, stream: Any,
                out_required: bool = False) -> Any:

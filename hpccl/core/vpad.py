@@ -51,15 +51,9 @@ def front(comm: Any, coll: str, args: tuple, nbytes: int) -> bool:
                 rc = getattr(door, c)(a[0], a[1], hotcalls.OPCODE[a[2]], comm._seq + 1)
             else:
                 rc = door.all_gather(a[0], a[1], comm._seq + 1)
-        except (HpcclError, OSError) as exc:  # the path across nodes: a round failed before it returned
-            comm._seq += 1
-            hotcalls.failed(comm, hotcalls.error(exc), c)
-        if rc < 0:
-            return False
-        comm._seq += 1
-        if rc:  # pending: the Waiter's timeout, abort and dead-peer checks
-            hotcalls.wait(comm, door, c)
-        return True
+        except (HpcclError, OSError) as exc:
+            hotcalls.door_raised(comm, exc, c)
+        return hotcalls.door_done(comm, door, c, rc)
     return _padded(comm, coll, args, nbytes, base, hot)
 
 

@@ -65,6 +65,24 @@ def error(exc: BaseException) -> HpcclError:
     return exc if isinstance(exc, HpcclError) else HpcclSystemError(str(exc))
 
 
+def door_raised(comm: Any, exc: BaseException, coll: str) -> NoReturn:
+    """A Python front door's C call that raised before returning (the path across nodes: a round failed):
+    it takes its number, then fails as a C front door's does (door_failed)."""
+    comm._seq += 1
+    door_failed(comm, exc, coll)
+
+
+def door_done(comm: Any, hot: Any, coll: str, rc: int) -> bool:
+    """What a front door's C call returned: declined (rc < 0, nothing changed: False), or taken with its
+    number, finished now or (rc > 0, pending) through wait()."""
+    if rc < 0:
+        return False
+    comm._seq += 1
+    if rc:
+        wait(comm, hot, coll)
+    return True
+
+
 def wait(comm: Any, hot: Any, coll: str) -> None:
     """Finish a call the front door left pending (Communicator._front_door makes the C call inline, the
     common case's whole cost): the Waiter's timeout, abort and dead-peer checks; a failure named and
